@@ -1,0 +1,1 @@
+"""``edge-agent run``: the daemon."""

@@ -1,0 +1,92 @@
+"""One exception tree for host and device, with stable CLI exit codes.
+
+::
+
+    EdgeError                      exit 1   root; never raised directly
+    ├── UserError                  exit 2   the input is wrong: fix it and retry
+    │   ├── ConfigError                     a config file, key, flag or environment variable
+    │   ├── ModelError                      an ONNX model is malformed, hostile or unsupported
+    │   ├── PackageError                    an .edgepkg is malformed or unsafe to extract
+    │   ├── ProtocolError                   an MQTT payload or topic breaks the wire contract
+    │   └── NotFoundError                   a named device, target, rollout or key does not exist
+    ├── VerificationError          exit 3   a signature, hash, version, expiry or target check failed
+    ├── BrokerUnavailable          exit 4   the MQTT broker cannot be reached
+    ├── OperationFailed            exit 5   the work ran but did not succeed (deployment failed,
+    │                                       rollout halted, accuracy budget not met, timeout)
+    └── InternalError              exit 1   a bug: please report it with the --debug traceback
+
+Third-party exceptions (onnx, onnxruntime, paho, cryptography) are translated into this tree at
+the boundary where they are raised, so callers never see them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerUnavailable",
+    "ConfigError",
+    "EdgeError",
+    "InternalError",
+    "ModelError",
+    "NotFoundError",
+    "OperationFailed",
+    "PackageError",
+    "ProtocolError",
+    "UserError",
+    "VerificationError",
+]
+
+
+class EdgeError(Exception):
+    """Root of every error edgectl and edge-agent raise on purpose."""
+
+    exit_code = 1
+
+
+class UserError(EdgeError):
+    """The input is wrong: a model, package, config, argument or payload."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    """A config file, key, flag or environment variable is invalid."""
+
+
+class ModelError(UserError):
+    """An ONNX model is malformed, hostile or unsupported."""
+
+
+class PackageError(UserError):
+    """A model package is malformed or unsafe to extract."""
+
+
+class ProtocolError(UserError):
+    """An MQTT payload or topic does not follow wire protocol v1."""
+
+
+class NotFoundError(UserError):
+    """A named device, target profile, rollout or key does not exist."""
+
+
+class VerificationError(EdgeError):
+    """A signature, hash, version, expiry or compatibility check failed."""
+
+    exit_code = 3
+
+
+class BrokerUnavailable(EdgeError):
+    """The MQTT broker cannot be reached."""
+
+    exit_code = 4
+
+
+class OperationFailed(EdgeError):
+    """The work ran but did not succeed."""
+
+    exit_code = 5
+
+
+class InternalError(EdgeError):
+    """A bug in edgectl or edge-agent."""
+
+    exit_code = 1

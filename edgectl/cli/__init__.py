@@ -1,0 +1,1 @@
+"""The ``edgectl`` command line (typer)."""

@@ -1,0 +1,1 @@
+"""Fleet commands: deploy, devices, broker."""
