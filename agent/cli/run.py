@@ -1,1 +1,79 @@
 """``edge-agent run``: the daemon."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from agent.cli.app import app
+from agent.config import load_agent_config
+from agent.deploy.machine import State
+from agent.settings import parse_override
+
+__all__ = ["run"]
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps({
+            "ts": record.created, "level": record.levelname, "logger": record.name, "message": record.getMessage(),
+        })
+
+
+def _setup_logging(level: str, as_json: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if as_json else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger("paho").setLevel(logging.WARNING)
+
+
+def _pause_hook(state_name: Optional[str], state_dir: Path) -> Any:
+    """Test seam: stop in a state (after it is saved) so a test can kill the agent there."""
+    if not state_name:
+        return None
+    target = State(state_name)
+
+    def pause(state: State) -> None:
+        if state is target:
+            (state_dir / f"paused-in-{state.value}").touch()
+            time.sleep(3600)
+
+    return pause
+
+
+@app.command()
+def run(
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", envvar="EDGE_AGENT_CONFIG", help="Agent YAML config (see configs/agent.yaml)."
+    ),
+    device_id: Optional[str] = typer.Option(None, "--device-id", help="Overrides device_id."),
+    broker: Optional[str] = typer.Option(None, "--broker", help="Overrides broker, e.g. mqtts://broker:8883."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Overrides state_dir."),
+    http_port: Optional[int] = typer.Option(None, "--http-port", help="Overrides inference.port (0: any free port)."),
+    set_: list[str] = typer.Option([], "--set", help="Override any key: --set deploy.health_runs=50 (repeatable)."),
+    pause_in_state: Optional[str] = typer.Option(
+        None, "--pause-in-state", envvar="EDGE_AGENT_TEST_PAUSE_IN", hidden=True,
+        help="Test hook: stop in this update state after saving it.",
+    ),
+) -> None:
+    """Run the agent until SIGTERM or Ctrl-C. Every config key is also EDGE_AGENT_<KEY> (nested: A__B)."""
+    overrides = dict(parse_override(s) for s in set_)
+    for key, value in (("device_id", device_id), ("broker", broker), ("state_dir", state_dir), ("inference.port", http_port)):
+        if value is not None:
+            overrides[key] = str(value)
+    cfg = load_agent_config(config, overrides)
+    _setup_logging(cfg.log_level, cfg.log_json)
+    from agent.daemon import Agent  # heavy imports (onnxruntime, openvino) only when running
+
+    agent = Agent(cfg, pause_in=_pause_hook(pause_in_state, cfg.state_dir))
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop())
+    agent.run()

@@ -15,6 +15,8 @@ from edgectl.cli.app import app
 # Command modules register themselves on `app` when imported.
 from edgectl.cli import broker  # noqa: F401  (broker)
 from edgectl.cli import fleet  # noqa: F401  (deploy, devices)
+from edgectl.cli import packages  # noqa: F401  (keys, build, verify)
+from edgectl.cli import security  # noqa: F401  (pki, device enroll|revoke, broker config)
 
 __all__ = ["main"]
 

@@ -1,0 +1,86 @@
+"""The agent's configuration (configs/agent.yaml), every key also ``EDGE_AGENT_<KEY>`` or ``--set``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+from agent.errors import ConfigError
+from agent.protocol.topics import validate_id
+from agent.settings import load_settings
+from agent.transport import check_transport_security
+
+__all__ = ["AgentConfig", "load_agent_config"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    ca: Optional[Path] = None
+    cert: Optional[Path] = None
+    key: Optional[Path] = None
+
+
+@dataclass(frozen=True)
+class TrustSettings:
+    packages: list[Path] = field(default_factory=list)  # PEM public keys that may sign packages
+    controllers: list[Path] = field(default_factory=list)  # PEM public keys that may sign commands
+
+
+@dataclass(frozen=True)
+class InferenceSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_request_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DeploySettings:
+    download_deadline_s: float = 3600.0
+    request_interval_s: float = 3.0
+    stage_timeout_s: float = 120.0
+    stage_memory_mb: int = 4096
+    health_runs: int = 20
+    health_max_latency_ms: Optional[float] = None
+    selection_budget_s: float = 3.0
+    max_restarts_per_state: int = 3
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    device_id: str
+    broker: str = "mqtt://127.0.0.1:1883"
+    mqtt_protocol: str = "auto"
+    insecure: bool = False
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    state_dir: Path = Path("/var/lib/edge-agent")
+    target: Optional[str] = None
+    tags: dict[str, str] = field(default_factory=dict)
+    trust: TrustSettings = field(default_factory=TrustSettings)
+    inference: InferenceSettings = field(default_factory=InferenceSettings)
+    deploy: DeploySettings = field(default_factory=DeploySettings)
+    telemetry_interval_s: float = 10.0
+    hardware_root: Path = Path("/")
+    log_level: str = "INFO"
+    log_json: bool = False
+
+    def check(self, where: str) -> "AgentConfig":
+        validate_id(self.device_id)
+        check_transport_security(self.broker, self.insecure, where)
+        if self.broker.startswith("mqtts") and self.tls.cert is None:
+            log.warning("TLS without a client certificate: the broker cannot authenticate this device")
+        if not self.trust.packages:
+            raise ConfigError(f"{where}: trust.packages is empty: name at least one public key that signs packages")
+        for path in [*self.trust.packages, *self.trust.controllers]:
+            if not path.is_file():
+                raise ConfigError(f"{where}: trusted key {path} does not exist")
+        return self
+
+
+def load_agent_config(path: Optional[Path], overrides: Mapping[str, str] = {}) -> AgentConfig:
+    """Load and validate the agent configuration."""
+    config = load_settings(AgentConfig, path, "EDGE_AGENT_", overrides)
+    return config.check(str(path) if path else "configuration")

@@ -1,0 +1,286 @@
+"""The edge-agent daemon: follows its desired state over MQTT, serves the active model, reports.
+
+Threads: paho's network thread only enqueues; the main thread validates and dispatches messages
+and publishes telemetry; one worker thread runs deployments through the state machine. A bad
+message is logged once with its reason, counted, and ignored: it never stops the agent or
+touches the active model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from agent import __version__
+from agent.config import AgentConfig
+from agent.deploy.fetch import ChunkFetcher
+from agent.deploy.ledger import Ledger
+from agent.deploy.machine import Deployment, Machine, State
+from agent.deploy.slots import Slots
+from agent.deploy.steps import Steps
+from agent.errors import EdgeError, ProtocolError
+from agent.hardware import probe_hardware
+from agent.model_host import ModelHost
+from agent.protocol import topics
+from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, MANIFEST_TYPE, TrustedKeys
+from agent.protocol.manifest import Manifest
+from agent.protocol.messages import (
+    Command, DesiredState, DeviceEvent, Presence, check_addressed, verify_signed,
+)
+from agent.protocol.schema import encode_json
+from agent.runtimes import runtime_versions
+from agent.serving import InferenceServer, ModelRegistry
+from agent.telemetry import device_metrics
+from agent.tls import tls_context
+from agent.transport import Message, MqttTransport, Will
+
+__all__ = ["Agent"]
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, pause_in: Optional[Callable[[State], None]] = None) -> None:
+        self.config = config
+        self.id = config.device_id
+        self.state_dir = config.state_dir
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        self.stopping = threading.Event()
+        self.rejected: Counter[str] = Counter()
+        self._seen_reasons: set[str] = set()
+        self.hardware = probe_hardware(config.hardware_root)
+        self.registry = ModelRegistry()
+        self.server = InferenceServer(
+            self.registry, host=config.inference.host, port=config.inference.port,
+            max_request_bytes=config.inference.max_request_bytes,
+            device_metrics=lambda: device_metrics(self.state_dir, config.hardware_root),
+        )
+        self.slots = Slots(self.state_dir)
+        self.ledger = Ledger(self.state_dir)
+        self.host = ModelHost(self.slots, self.registry, self.hardware, self.state_dir / "selection",
+                              config.deploy.selection_budget_s)
+        self.package_keys = TrustedKeys.from_pems([p.read_text() for p in config.trust.packages])
+        controller_pems = config.trust.controllers or config.trust.packages
+        self.controller_keys = TrustedKeys.from_pems([p.read_text() for p in controller_pems])
+        self.transport = MqttTransport(
+            config.broker, f"edge-agent-{self.id}", inbox=self.inbox,
+            tls_context=tls_context(config.tls.ca, config.tls.cert, config.tls.key) if config.tls.ca else None,
+            will=Will(topics.device(self.id, "presence"), Presence(self.id, False, time.time()).to_payload()),
+            on_connect=self._announce, protocol=config.mqtt_protocol,
+        )
+        self.fetcher = ChunkFetcher(self.transport, self.id, config.deploy.request_interval_s,
+                                    config.deploy.download_deadline_s)
+        steps = Steps(config.deploy, self.state_dir, self.slots, self.ledger, self.host,
+                      self.fetcher.fetch, config.target)
+        self.machine = Machine(self.state_dir / "deployment.json", steps.handlers(), self._report,
+                               config.deploy.max_restarts_per_state, pause_in)
+        self.deployment: Optional[Deployment] = None
+        self._resumed: Optional[Deployment] = None
+        self._pending: "queue.Queue[Deployment]" = queue.Queue()
+        self._worker = threading.Thread(target=self._work, name="deployments", daemon=True)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Serve until stop() (SIGTERM/SIGINT)."""
+        self.server.start()
+        log.info("agent %s: inference API on %s", self.id, self.server.url)
+        self._load_active()
+        self._resume_deployment()
+        self.transport.subscribe(topics.device(self.id, "desired"), 1)
+        self.transport.subscribe(topics.device(self.id, "commands"), 1)
+        self._connect()
+        self._worker.start()
+        next_telemetry = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                self._dispatch(self.inbox.get(timeout=0.2))
+            except queue.Empty:
+                pass
+            if time.monotonic() >= next_telemetry:
+                self._publish_telemetry()
+                next_telemetry = time.monotonic() + self.config.telemetry_interval_s
+        self._shutdown()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.fetcher.cancel()
+
+    def _connect(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.transport.connect()
+                return
+            except EdgeError as exc:
+                log.warning("%s; retrying", exc)
+                self.stopping.wait(2.0)
+
+    def _shutdown(self) -> None:
+        offline = (topics.device(self.id, "presence"), Presence(self.id, False, time.time()).to_payload())
+        self.transport.close(final=offline)
+        self.server.stop()
+        self.host.unload()
+        log.info("agent %s stopped", self.id)
+
+    def _load_active(self) -> None:
+        active = self.slots.active()
+        if active is None:
+            return
+        try:
+            self.host.load(active)
+        except Exception as exc:  # the agent must come up even if its model no longer loads
+            log.error("cannot serve the active model %s v%d: %s", active.name, active.version, exc)
+
+    def _resume_deployment(self) -> None:
+        record = Deployment.load(self.state_dir / "deployment.json")
+        if record is not None and record.state is not State.DONE:
+            log.info("resuming deployment %s in state %s", record.deployment_id, record.state.value)
+            self._resumed = record
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    def _dispatch(self, message: Message) -> None:
+        try:
+            if message.topic.startswith(f"{topics.ROOT}/artifacts/"):
+                artifact_id, index = topics.parse_artifact_chunk(message.topic)
+                self.fetcher.feed(artifact_id, index, message.payload)
+                return
+            leaf = topics.parse_device_topic(message.topic)
+            if leaf.device_id != self.id or leaf.leaf not in ("desired", "commands"):
+                raise ProtocolError(f"unexpected topic {message.topic!r}")
+            if leaf.leaf == "desired":
+                self._on_desired(message.payload)
+            else:
+                self._on_command(message.payload)
+        except EdgeError as exc:
+            self._reject(message.topic, exc)
+
+    def _reject(self, topic: str, exc: EdgeError) -> None:
+        kind = type(exc).__name__
+        self.rejected[kind] += 1
+        reason = f"{topic}: {exc}"
+        if reason not in self._seen_reasons:
+            self._seen_reasons.add(reason)
+            log.warning("rejected message on %s", reason)
+        else:
+            log.debug("rejected message on %s", reason)
+        if topic.endswith("/desired") or topic.endswith("/commands"):
+            self._event("none", "rejected", "rejected", str(exc))
+
+    def _on_desired(self, raw: bytes) -> None:
+        desired = DesiredState.from_payload(verify_signed(raw, self.controller_keys, DESIRED_TYPE))
+        if desired.seq <= self.ledger.last_seq and desired.device_id == self.id:
+            log.debug("ignoring desired state seq %d: already handled", desired.seq)
+            return
+        check_addressed(desired, self.id, self.ledger.last_seq)
+        self.ledger.accept_seq(desired.seq)
+        if desired.model is None:
+            return
+        manifest_bytes = self.package_keys.verify(desired.model.manifest, MANIFEST_TYPE)
+        manifest = Manifest.from_bytes(manifest_bytes)
+        if (manifest.name, manifest.version) != (desired.model.name, desired.model.version):
+            raise ProtocolError("desired state names a different model than its signed manifest")
+        current = self.host.current
+        if current is not None and current.active.manifest_sha256 == hashlib.sha256(manifest_bytes).hexdigest():
+            self._event(desired.deployment_id, "commit", "ok", f"{manifest.name} v{manifest.version} is already active")
+            return
+        deployment = Deployment(desired.deployment_id, manifest_bytes,
+                                data={"allow_downgrade": bool(desired.options.get("allow_downgrade"))})
+        if self.deployment is not None:
+            self.fetcher.cancel()
+        self._pending.put(deployment)
+
+    def _on_command(self, raw: bytes) -> None:
+        command = Command.from_payload(verify_signed(raw, self.controller_keys, COMMAND_TYPE))
+        check_addressed(command, self.id, self.ledger.last_seq)
+        self.ledger.accept_seq(command.seq)
+        if command.command == "rollback":
+            active = self.slots.roll_back()
+            self.host.load(active) if active else self.host.unload()
+            self._event(str(command.args.get("deployment_id", "none")), "rollback", "rolled-back", "rolled back on command")
+        elif command.command == "remeasure" and self.slots.active() is not None:
+            self.host.load(self.slots.active(), remeasure=True)  # type: ignore[arg-type]
+        self._publish_state()
+        self._publish_telemetry()
+
+    # -- deployments ------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        if self._resumed is not None:  # an interrupted deployment finishes (or rolls back) first
+            self._run_deployment(self._resumed)
+        while not self.stopping.is_set():
+            try:
+                deployment = self._pending.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            while not self._pending.empty():  # only the newest desired state matters
+                deployment = self._pending.get()
+            self._run_deployment(deployment)
+
+    def _run_deployment(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        try:
+            self.machine.run(deployment)
+        finally:
+            self.deployment = None
+            self._publish_state()
+
+    def _report(self, deployment: Deployment) -> None:
+        if deployment.state is State.DONE:
+            status = deployment.outcome or "failed"
+        else:
+            status = "running"
+        data = {k: v for k, v in deployment.data.items() if k in ("backend", "health_p95_ms", "stage")}
+        m = deployment.manifest
+        data.update(model=m.name, version=m.version)
+        self._event(deployment.deployment_id, deployment.state.value, status, deployment.reason, data)
+        if deployment.state in (State.DONE, State.HEALTH):
+            self._publish_state()
+
+    def _event(self, deployment_id: str, state: str, status: str, detail: str, data: Optional[dict[str, Any]] = None) -> None:
+        event = DeviceEvent(self.id, deployment_id, state, status, detail, time.time(), data or {})
+        self.transport.publish(topics.device(self.id, "events"), event.to_payload(), qos=1)
+
+    # -- announcements ----------------------------------------------------------------------------
+
+    def _announce(self) -> None:
+        """Birth, presence and state, on every (re)connect; runs on the network thread, publishes only."""
+        birth = {
+            "device_id": self.id, "agent_version": __version__, "ts": time.time(),
+            "hardware": self.hardware.summary(), "runtimes": runtime_versions(),
+            "target": self.config.target, "tags": self.config.tags, "inference_url": self.server.url,
+        }
+        self.transport.publish(topics.device(self.id, "birth"), encode_json(birth), qos=1, retain=True)
+        self.transport.publish(topics.device(self.id, "presence"), Presence(self.id, True, time.time()).to_payload(), qos=1, retain=True)
+        self._publish_state()
+
+    def _publish_state(self) -> None:
+        current = self.host.current
+        deployment = self.deployment
+        state = {
+            "device_id": self.id, "ts": time.time(),
+            "active": current.summary() if current else None,
+            "deployment": None if deployment is None else {
+                "id": deployment.deployment_id, "state": deployment.state.value, "reason": deployment.reason,
+            },
+            "last_seq": self.ledger.last_seq,
+        }
+        self.transport.publish(topics.device(self.id, "state"), encode_json(state), qos=1, retain=True)
+
+    def _publish_telemetry(self) -> None:
+        current = self.host.current
+        report = {
+            "device_id": self.id, "ts": time.time(),
+            "device": device_metrics(self.state_dir, self.config.hardware_root),
+            "models": self.registry.telemetry(),
+            "selection": current.selection.to_dict() if current else None,
+            "rejected_messages": dict(self.rejected),
+        }
+        self.transport.publish(topics.device(self.id, "telemetry"), encode_json(report), qos=0)

@@ -1,0 +1,117 @@
+"""One artifact arriving in chunks, in any order, any number of times, across restarts.
+
+Chunks are written at their offset into a ``.part`` file; that file is the durable record of what
+has arrived: after a restart each chunk slot is re-hashed against the signed chunk hashes, so only
+chunks that really landed count, whatever a power cut did to the last writes.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from agent.errors import OperationFailed
+from agent.protocol.chunks import to_ranges
+from agent.protocol.manifest import PayloadInfo
+
+__all__ = ["Download", "disk_free"]
+
+# Room needed beyond the payload itself: the extracted files take about as much again.
+SPACE_FACTOR = 2.2
+
+
+def disk_free(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+class Download:
+    """The chunks of one payload landing in ``<dir>/<sha256>.part``."""
+
+    def __init__(self, directory: Path, payload: PayloadInfo, free_bytes: Callable[[Path], int] = disk_free) -> None:
+        self.payload = payload
+        self.part = directory / f"{payload.sha256}.part"
+        self.done_path = directory / f"{payload.sha256}.payload"
+        directory.mkdir(parents=True, exist_ok=True)
+        self.have: set[int] = set()
+        self.rejected = 0
+        if self.done_path.exists():
+            self.have = set(range(len(payload.chunks)))
+            return
+        self._check_space(directory, free_bytes)
+        if self.part.exists() and self.part.stat().st_size == payload.size:
+            self.have = self._chunks_on_disk()
+        else:
+            self._run_io(lambda: self._preallocate())
+
+    def _check_space(self, directory: Path, free_bytes: Callable[[Path], int]) -> None:
+        already = self.part.stat().st_size if self.part.exists() else 0
+        needed = int(self.payload.size * SPACE_FACTOR) - already
+        free = free_bytes(directory)
+        if needed > free:
+            raise OperationFailed(
+                f"not enough disk space for {self.payload.size} byte payload: need {needed} bytes, {free} free in {directory}"
+            )
+
+    def _preallocate(self) -> None:
+        with self.part.open("wb") as f:
+            f.truncate(self.payload.size)
+
+    def _chunks_on_disk(self) -> set[int]:
+        have = set()
+        size = self.payload.chunk_size
+        with self.part.open("rb") as f:
+            for i, digest in enumerate(self.payload.chunks):
+                if hashlib.sha256(f.read(size)).hexdigest() == digest:
+                    have.add(i)
+        return have
+
+    @property
+    def complete(self) -> bool:
+        return len(self.have) == len(self.payload.chunks)
+
+    def missing(self) -> list[list[int]]:
+        return to_ranges(i for i in range(len(self.payload.chunks)) if i not in self.have)
+
+    def accept(self, index: int, data: bytes) -> bool:
+        """Store chunk ``index`` if it is new and matches its signed hash; duplicates are harmless."""
+        if index in self.have or self.done_path.exists():
+            return False
+        if not 0 <= index < len(self.payload.chunks) or len(data) > self.payload.chunk_size:
+            self.rejected += 1
+            return False
+        if hashlib.sha256(data).hexdigest() != self.payload.chunks[index]:
+            self.rejected += 1
+            return False
+        self._run_io(lambda: self._write(index, data))
+        self.have.add(index)
+        return True
+
+    def _write(self, index: int, data: bytes) -> None:
+        with self.part.open("r+b") as f:
+            f.seek(index * self.payload.chunk_size)
+            f.write(data)
+
+    def finish(self) -> Path:
+        """fsync the completed payload and give it its final name."""
+        if not self.done_path.exists():
+            with self.part.open("rb") as f:
+                os.fsync(f.fileno())
+            os.replace(self.part, self.done_path)
+        return self.done_path
+
+    def discard(self) -> None:
+        self.part.unlink(missing_ok=True)
+        self.done_path.unlink(missing_ok=True)
+
+    def _run_io(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except OSError as exc:
+            self.discard()
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise OperationFailed(f"disk full while downloading {self.payload.sha256[:12]}: download removed") from exc
+            raise OperationFailed(f"cannot write download {self.part}: {exc.strerror}") from exc

@@ -1,0 +1,109 @@
+"""Fetching an artifact's chunks over MQTT: ask for what is missing, take what arrives.
+
+Chunks arrive on the shared artifact topic that the broker fans out to every device of a wave;
+this device asks (on its own chunk-requests topic) only for the ranges it misses, again whenever
+no new chunk arrived for a while, so restarts, reconnects and long offline periods all resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Optional
+
+from agent.deploy.download import Download
+from agent.errors import EdgeError, OperationFailed
+from agent.protocol import topics
+from agent.protocol.messages import ChunkRequest
+from agent.transport import MqttTransport
+
+__all__ = ["ChunkFetcher"]
+
+log = logging.getLogger(__name__)
+
+MAX_RANGES_PER_REQUEST = 512
+
+
+class ChunkFetcher:
+    """Feeds chunks from the message loop into the current download; the worker waits in fetch()."""
+
+    def __init__(self, transport: MqttTransport, device_id: str, request_interval_s: float, deadline_s: float) -> None:
+        self.transport = transport
+        self.device_id = device_id
+        self.request_interval_s = request_interval_s
+        self.deadline_s = deadline_s
+        self._cond = threading.Condition()
+        self._download: Optional[Download] = None
+        self._error: Optional[EdgeError] = None
+        self._cancelled = False
+        self.late_chunks = 0
+
+    def feed(self, artifact_id: str, index: int, data: bytes) -> None:
+        """Called by the message loop for every chunk; late, foreign and duplicate chunks are dropped."""
+        with self._cond:
+            download = self._download
+            if download is None or download.payload.sha256 != artifact_id:
+                self.late_chunks += 1
+                return
+            try:
+                if download.accept(index, data):
+                    self._cond.notify_all()
+            except EdgeError as exc:
+                self._error = exc
+                self._cond.notify_all()
+
+    def cancel(self) -> None:
+        """Stop the running fetch (a newer desired state arrived, or the agent stops)."""
+        with self._cond:
+            self._cancelled = True
+            self._cond.notify_all()
+
+    def fetch(self, download: Download) -> None:
+        """Block until every chunk of ``download`` is on disk; raise OperationFailed otherwise."""
+        topic = topics.artifact_chunks_filter(download.payload.sha256)
+        with self._cond:
+            self._download, self._error, self._cancelled = download, None, False
+        self.transport.subscribe(topic, 1)
+        try:
+            self._wait(download)
+        finally:
+            self.transport.unsubscribe(topic)
+            with self._cond:
+                self._download = None
+        download.finish()
+
+    def _wait(self, download: Download) -> None:
+        deadline = time.monotonic() + self.deadline_s
+        while True:
+            with self._cond:
+                self._raise_if_stopped(download)
+                if download.complete:
+                    return
+                missing = download.missing()
+            if time.monotonic() > deadline:
+                download.discard()
+                raise OperationFailed(f"download did not complete within {self.deadline_s:.0f}s")
+            self._request(download, missing)
+            self._wait_for_progress(download)
+
+    def _raise_if_stopped(self, download: Download) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._cancelled:
+            raise OperationFailed("download cancelled: superseded by a newer desired state or agent stop")
+
+    def _request(self, download: Download, missing: list[list[int]]) -> None:
+        if not self.transport.connected:
+            return
+        request = ChunkRequest(self.device_id, download.payload.sha256, missing[:MAX_RANGES_PER_REQUEST])
+        self.transport.publish(topics.device(self.device_id, "chunk-requests"), request.to_payload(), qos=1)
+
+    def _wait_for_progress(self, download: Download) -> None:
+        """Return once no chunk arrived for a request interval (then ask again) or when done."""
+        with self._cond:
+            while not download.complete and self._error is None and not self._cancelled:
+                before = len(download.have)
+                self._cond.wait(self.request_interval_s)
+                if len(download.have) == before:
+                    return

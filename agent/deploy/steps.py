@@ -1,0 +1,208 @@
+"""What each update state does. Every handler returns an Event; failure handlers never raise."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+from agent.backends import TensorSpec
+from agent.config import DeploySettings
+from agent.deploy.download import Download
+from agent.deploy.ledger import Ledger
+from agent.deploy.machine import Deployment, Event, Handler, State
+from agent.deploy.slots import ActiveModel, Slots
+from agent.deploy.stage import stage_in_child
+from agent.errors import EdgeError
+from agent.model_host import ModelHost
+from agent.protocol.package import extract_payload
+
+__all__ = ["Steps", "check_acceptable"]
+
+log = logging.getLogger(__name__)
+
+
+def check_acceptable(deployment: Deployment, ledger: Ledger, device_target: str | None, allow_downgrade: bool) -> str | None:
+    """Why this manifest must not be installed here, or None: expiry, target, version."""
+    manifest = deployment.manifest
+    if time.time() > manifest.expires_at:
+        return f"manifest of {manifest.name} v{manifest.version} has expired"
+    if not manifest.target.accepts(device_target):
+        return f"package is for target {manifest.target.name!r}, this device is {device_target!r}"
+    last = ledger.version(manifest.name)
+    if manifest.version < last and not allow_downgrade:
+        return f"version {manifest.version} of {manifest.name} is older than the accepted {last}"
+    return None
+
+
+@dataclass
+class Steps:
+    """The handlers of the update states, bound to this device's services."""
+
+    settings: DeploySettings
+    state_dir: Path
+    slots: Slots
+    ledger: Ledger
+    host: ModelHost
+    fetch: Callable[[Download], None]  # blocks until the download completes or raises
+    device_target: str | None
+
+    @property
+    def downloads(self) -> Path:
+        return self.state_dir / "downloads"
+
+    def handlers(self) -> Mapping[State, Handler]:
+        return {
+            State.DOWNLOAD: self.download, State.VERIFY: self.verify, State.STAGE: self.stage,
+            State.ACTIVATE: self.activate, State.HEALTH: self.health, State.COMMIT: self.commit,
+            State.ROLLBACK: self.rollback, State.FAILURE: self.failure,
+        }
+
+    def _fail(self, deployment: Deployment, reason: str) -> Event:
+        deployment.reason = reason
+        log.warning("deployment %s: %s", deployment.deployment_id, reason)
+        return Event.FAILURE
+
+    def _new_model(self, deployment: Deployment) -> ActiveModel:
+        m = deployment.manifest
+        return ActiveModel(deployment.data["slot"], m.name, m.version, hashlib.sha256(deployment.manifest_bytes).hexdigest())
+
+    # -- states -----------------------------------------------------------------------------------
+
+    def download(self, deployment: Deployment) -> Event:
+        problem = check_acceptable(deployment, self.ledger, self.device_target, bool(deployment.data.get("allow_downgrade")))
+        if problem:
+            return self._fail(deployment, problem)
+        try:
+            self.fetch(Download(self.downloads, deployment.manifest.payload))
+        except EdgeError as exc:
+            return self._fail(deployment, f"download: {exc}")
+        return Event.SUCCESS
+
+    def verify(self, deployment: Deployment) -> Event:
+        manifest = deployment.manifest
+        problem = check_acceptable(deployment, self.ledger, self.device_target, bool(deployment.data.get("allow_downgrade")))
+        if problem:
+            return self._fail(deployment, problem)
+        payload = Download(self.downloads, manifest.payload).finish()
+        target = self.slots.prepare_spare()
+        deployment.data["slot"] = target.name
+        try:
+            extract_payload(payload, manifest, target)
+        except EdgeError as exc:
+            return self._fail(deployment, f"verify: {exc}")
+        (target / "manifest.json").write_bytes(deployment.manifest_bytes)
+        return Event.SUCCESS
+
+    def stage(self, deployment: Deployment) -> Event:
+        result = stage_in_child(
+            self.slots.dir(deployment.data["slot"]), self.settings.stage_timeout_s, self.settings.stage_memory_mb
+        )
+        deployment.data["stage"] = result.detail
+        return Event.SUCCESS if result.ok else self._fail(deployment, f"stage: {result.detail}")
+
+    def activate(self, deployment: Deployment) -> Event:
+        model = self._new_model(deployment)
+        self.slots.activate(model)
+        try:
+            loaded = self.host.load(model)
+        except EdgeError as exc:
+            return self._fail(deployment, f"activate: {exc}")
+        deployment.data["backend"] = loaded.selection.backend
+        deployment.data["selection"] = loaded.selection.to_dict()
+        return Event.SUCCESS
+
+    def health(self, deployment: Deployment) -> Event:
+        loaded = self.host.current
+        if loaded is None:
+            return self._fail(deployment, "health: no model is being served")
+        inputs, _ = self.host.golden_of(loaded.active, loaded.manifest)
+        bound = loaded.manifest.health.get("max_latency_ms") or self.settings.health_max_latency_ms
+        runs = int(loaded.manifest.health.get("runs") or self.settings.health_runs)
+        try:
+            latencies = _health_runs(self.host, inputs, runs)
+        except Exception as exc:  # anything the model does on real inputs is a health failure
+            return self._fail(deployment, f"health: inference failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        if latencies is None:
+            return self._fail(deployment, "health: the model produced NaN or infinite outputs")
+        p95 = float(np.percentile(latencies, 95))
+        deployment.data["health_p95_ms"] = round(p95, 3)
+        if bound is not None and p95 > float(bound):
+            return self._fail(deployment, f"health: p95 latency {p95:.2f} ms exceeds the bound of {float(bound):.2f} ms")
+        return Event.SUCCESS
+
+    def commit(self, deployment: Deployment) -> Event:
+        manifest = deployment.manifest
+        self.ledger.commit_version(manifest.name, manifest.version)
+        Download(self.downloads, manifest.payload).discard()
+        deployment.outcome = "ok"
+        deployment.reason = f"{manifest.name} v{manifest.version} committed"
+        return Event.SUCCESS
+
+    def rollback(self, deployment: Deployment) -> Event:
+        """Put the previous model back; keep going whatever fails, a half rollback bricks devices."""
+        deployment.outcome = "rolled-back"
+        try:
+            if "slot" in deployment.data and self.slots.active() == self._new_model(deployment):
+                self.slots.roll_back()
+            active = self.slots.active()
+            if active is None:
+                self.host.unload()
+            elif self.host.current is None or self.host.current.active != active:
+                self.host.load(active)
+        except Exception:
+            log.exception("rollback of %s did not complete", deployment.deployment_id)
+            return Event.FAILURE
+        finally:
+            self._cleanup(deployment)
+        return Event.SUCCESS
+
+    def failure(self, deployment: Deployment) -> Event:
+        """Clean up a deployment that never touched the active model."""
+        deployment.outcome = deployment.outcome or "failed"
+        self._cleanup(deployment)
+        return Event.SUCCESS
+
+    def _cleanup(self, deployment: Deployment) -> None:
+        try:
+            Download(self.downloads, deployment.manifest.payload).discard()
+            slot = deployment.data.get("slot")
+            active = self.slots.active()
+            if slot and (active is None or active.slot != slot):
+                shutil.rmtree(self.slots.dir(slot), ignore_errors=True)
+        except Exception:
+            log.exception("cleanup of %s did not complete", deployment.deployment_id)
+
+
+def _health_runs(host: ModelHost, golden: dict[str, np.ndarray], runs: int) -> list[float] | None:
+    """Latencies in ms of ``runs`` inferences through the served runner; None on NaN/inf outputs."""
+    loaded = host.current
+    assert loaded is not None
+    runner = loaded.runner
+    feeds = golden or _synthetic_feeds(runner.inputs)
+    latencies = []
+    for _ in range(max(1, runs)):
+        start = time.perf_counter()
+        outputs = runner.infer(feeds)
+        latencies.append((time.perf_counter() - start) * 1000)
+        for value in outputs.values():
+            arr = np.asarray(value)
+            if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
+                return None
+    return latencies
+
+
+def _synthetic_feeds(specs: list[TensorSpec]) -> dict[str, np.ndarray]:
+    feeds = {}
+    rng = np.random.default_rng(0)
+    for spec in specs:
+        shape = [d if isinstance(d, int) and d > 0 else 1 for d in spec.shape]
+        dtype = np.dtype(spec.dtype) if spec.dtype != "object" else np.dtype("float32")
+        feeds[spec.name] = rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
+    return feeds

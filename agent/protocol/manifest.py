@@ -1,0 +1,169 @@
+"""The package manifest: what a package holds, signed by the fleet owner, checked by the device."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from agent.errors import ProtocolError, VerificationError
+from agent.protocol.schema import Fields, SCHEMA_VERSION
+
+__all__ = ["FileEntry", "Manifest", "PayloadInfo", "TargetInfo", "TensorSignature"]
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+MAX_FILES = 256
+MAX_PAYLOAD_BYTES = 8 * 1024**3
+
+
+def _sha(value: str, what: str) -> str:
+    if not _SHA256.match(value):
+        raise ProtocolError(f"{what}: not a lowercase hex sha256")
+    return value
+
+
+def _safe_relpath(value: str, what: str) -> str:
+    parts = value.split("/")
+    if value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts):
+        raise ProtocolError(f"{what}: unsafe path {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    size: int
+    sha256: str
+    role: str  # model | golden | partition | report
+
+
+@dataclass(frozen=True)
+class PayloadInfo:
+    """The payload blob that travels in chunks: its size, hash, chunk size and per-chunk hashes."""
+
+    size: int
+    sha256: str
+    chunk_size: int
+    chunks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TensorSignature:
+    name: str
+    dtype: str
+    shape: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """The target profile the package was built for."""
+
+    name: str
+    execution_providers: tuple[str, ...] = ()
+    device_classes: tuple[str, ...] = ()
+
+    def accepts(self, device_target: Optional[str]) -> bool:
+        """A package for target 'any' runs anywhere; otherwise the device's target must be listed."""
+        if self.name == "any":
+            return True
+        return device_target is not None and device_target in (self.name, *self.device_classes)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    name: str
+    version: int
+    created_at: float
+    expires_at: float
+    min_agent_version: str
+    target: TargetInfo
+    payload: PayloadInfo
+    files: tuple[FileEntry, ...]
+    model: str
+    inputs: tuple[TensorSignature, ...]
+    outputs: tuple[TensorSignature, ...]
+    golden: Optional[str] = None
+    health: dict[str, Any] = field(default_factory=dict)
+    reports: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def artifact_id(self) -> str:
+        """The artifact id on the wire is the payload's sha256."""
+        return self.payload.sha256
+
+    def file(self, path: str) -> FileEntry:
+        for entry in self.files:
+            if entry.path == path:
+                return entry
+        raise ProtocolError(f"manifest: no file {path!r}")
+
+    def check_fresh(self, now: Optional[float] = None) -> None:
+        if (now or time.time()) > self.expires_at:
+            raise VerificationError(f"manifest of {self.name} v{self.version} expired at {time.ctime(self.expires_at)}")
+
+    def to_bytes(self) -> bytes:
+        data = asdict(self)
+        data["target"] = {k: list(v) for k, v in data["target"].items() if k != "name"} | {"name": self.target.name}
+        data["payload"]["chunks"] = list(self.payload.chunks)
+        for key in ("inputs", "outputs"):
+            data[key] = [dict(t, shape=list(t["shape"])) for t in data[key]]
+        data["files"] = list(data["files"])
+        return json.dumps({"schema": SCHEMA_VERSION, **data}, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "Manifest":
+        from agent.protocol.schema import decode_json
+
+        f = decode_json(raw, "manifest", max_bytes=4 * 1024 * 1024)
+        payload = f.obj("payload")
+        chunk_size = payload.int("chunk_size", 1024, 64 * 1024 * 1024)
+        size = payload.int("size", 1, MAX_PAYLOAD_BYTES)
+        chunks = tuple(_sha(c, "manifest.payload.chunks") for c in payload.list("chunks") if isinstance(c, str))
+        if len(chunks) != -(-size // chunk_size):
+            raise ProtocolError(f"manifest.payload: {len(chunks)} chunk hashes for {size} bytes in chunks of {chunk_size}")
+        files = tuple(_file(Fields(e, "manifest.files[]")) for e in f.list("files", MAX_FILES))
+        paths = {e.path for e in files}
+        model = _safe_relpath(f.str("model"), "manifest.model")
+        golden = f.opt_str("golden")
+        for ref in filter(None, (model, golden)):
+            if ref not in paths:
+                raise ProtocolError(f"manifest: {ref!r} is not among the listed files")
+        target = f.obj("target")
+        return cls(
+            name=f.str("name", 128),
+            version=f.int("version", 1),
+            created_at=f.float("created_at"),
+            expires_at=f.float("expires_at"),
+            min_agent_version=f.str("min_agent_version", 32),
+            target=TargetInfo(
+                name=target.str("name", 64),
+                execution_providers=tuple(map(str, target.list("execution_providers", 32))),
+                device_classes=tuple(map(str, target.list("device_classes", 64))),
+            ),
+            payload=PayloadInfo(size, _sha(payload.str("sha256"), "manifest.payload.sha256"), chunk_size, chunks),
+            files=files,
+            model=model,
+            inputs=tuple(_tensor(Fields(t, "manifest.inputs[]")) for t in f.list("inputs", 256)),
+            outputs=tuple(_tensor(Fields(t, "manifest.outputs[]")) for t in f.list("outputs", 256)),
+            golden=golden,
+            health=f.raw_obj("health") if "health" in f.data else {},
+            reports=f.raw_obj("reports") if "reports" in f.data else {},
+        )
+
+
+def _file(f: Fields) -> FileEntry:
+    return FileEntry(
+        path=_safe_relpath(f.str("path", 256), "manifest.files[].path"),
+        size=f.int("size", 0, MAX_PAYLOAD_BYTES),
+        sha256=_sha(f.str("sha256"), "manifest.files[].sha256"),
+        role=f.str("role", 32),
+    )
+
+
+def _tensor(f: Fields) -> TensorSignature:
+    shape = f.list("shape", 16)
+    if not all(isinstance(d, (int, str)) or d is None for d in shape):
+        raise ProtocolError(f"{f.what}.shape: dimensions must be integers, names or null")
+    return TensorSignature(f.str("name", 256), f.str("dtype", 32), tuple(shape))

@@ -1,0 +1,216 @@
+"""Protocol v1 messages: one class per topic, each read from bytes with full validation.
+
+Controller-to-device messages (desired state, commands) travel as DSSE envelopes signed by the
+controller and carry a monotonic sequence number and an expiry; device-to-controller messages
+are plain JSON objects with ``"schema": 1``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from agent.errors import ProtocolError, VerificationError
+from agent.protocol.envelope import Envelope, TrustedKeys
+from agent.protocol.schema import Fields, decode_json, encode_json
+from agent.protocol.topics import validate_id
+
+__all__ = [
+    "COMMANDS",
+    "ChunkRequest",
+    "Command",
+    "DesiredModel",
+    "DesiredState",
+    "DeviceEvent",
+    "Presence",
+    "check_addressed",
+    "device_json",
+    "verify_signed",
+]
+
+COMMANDS = ("rollback", "remeasure", "report")
+
+
+@dataclass(frozen=True)
+class DesiredModel:
+    """The model a device should run: its manifest envelope (signed by the package key)."""
+
+    name: str
+    version: int
+    manifest: Envelope
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """What the controller wants a device to run. ``model`` None means: keep what you have."""
+
+    device_id: str
+    seq: int
+    issued_at: float
+    expires_at: float
+    deployment_id: str
+    model: Optional[DesiredModel]
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_payload(self) -> bytes:
+        model = None
+        if self.model is not None:
+            model = {"name": self.model.name, "version": self.model.version, "manifest": self.model.manifest.to_json()}
+        return encode_json({
+            "type": "desired", "device_id": self.device_id, "seq": self.seq, "issued_at": self.issued_at,
+            "expires_at": self.expires_at, "deployment_id": self.deployment_id, "model": model,
+            "options": self.options,
+        })
+
+    @classmethod
+    def from_payload(cls, raw: bytes) -> "DesiredState":
+        f = decode_json(raw, "desired", max_bytes=8 * 1024 * 1024)
+        _expect_type(f, "desired")
+        model_f = f.opt_obj("model")
+        model = None
+        if model_f is not None:
+            model = DesiredModel(
+                name=model_f.str("name", 128),
+                version=model_f.int("version", 1),
+                manifest=Envelope.from_json(model_f.raw_obj("manifest")),
+            )
+        return cls(
+            device_id=validate_id(f.str("device_id", 64)),
+            seq=f.int("seq", 1),
+            issued_at=f.float("issued_at"),
+            expires_at=f.float("expires_at"),
+            deployment_id=validate_id(f.str("deployment_id", 64), "deployment id"),
+            model=model,
+            options=f.raw_obj("options") if "options" in f.data else {},
+        )
+
+
+@dataclass(frozen=True)
+class Command:
+    """A one-off instruction to a device (rollback, remeasure, report)."""
+
+    device_id: str
+    seq: int
+    issued_at: float
+    expires_at: float
+    command: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def to_payload(self) -> bytes:
+        return encode_json({
+            "type": "command", "device_id": self.device_id, "seq": self.seq, "issued_at": self.issued_at,
+            "expires_at": self.expires_at, "command": self.command, "args": self.args,
+        })
+
+    @classmethod
+    def from_payload(cls, raw: bytes) -> "Command":
+        f = decode_json(raw, "command")
+        _expect_type(f, "command")
+        command = f.str("command", 32)
+        if command not in COMMANDS:
+            raise ProtocolError(f"command: unknown command {command!r} (known: {', '.join(COMMANDS)})")
+        return cls(
+            device_id=validate_id(f.str("device_id", 64)),
+            seq=f.int("seq", 1),
+            issued_at=f.float("issued_at"),
+            expires_at=f.float("expires_at"),
+            command=command,
+            args=f.raw_obj("args") if "args" in f.data else {},
+        )
+
+
+def verify_signed(raw: bytes, trusted: TrustedKeys, payload_type: str) -> bytes:
+    """Check a controller envelope's signature and type; return its payload bytes unparsed.
+
+    The caller then parses the payload and checks address, sequence and expiry with
+    :func:`check_addressed`."""
+    return trusted.verify(Envelope.from_bytes(raw), payload_type)
+
+
+def check_addressed(message: DesiredState | Command, device_id: str, last_seq: int, now: Optional[float] = None) -> None:
+    """Refuse a controller message meant for another device, replayed, reordered or expired."""
+    if message.device_id != device_id:
+        raise VerificationError(f"message addressed to {message.device_id}, not {device_id}")
+    if message.seq <= last_seq:
+        raise VerificationError(f"stale or replayed message: seq {message.seq} <= last accepted {last_seq}")
+    if (now or time.time()) > message.expires_at:
+        raise VerificationError(f"message seq {message.seq} expired at {time.ctime(message.expires_at)}")
+
+
+@dataclass(frozen=True)
+class ChunkRequest:
+    """A device asks for the chunks of an artifact it misses, as [start, end) ranges."""
+
+    device_id: str
+    artifact_id: str
+    ranges: list[list[int]]
+
+    def to_payload(self) -> bytes:
+        return encode_json({"device_id": self.device_id, "artifact_id": self.artifact_id, "ranges": self.ranges})
+
+    @classmethod
+    def from_payload(cls, raw: bytes) -> "ChunkRequest":
+        f = decode_json(raw, "chunk-request")
+        ranges = f.list("ranges", 10_000)
+        for r in ranges:
+            if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in r) and r[0] < r[1]):
+                raise ProtocolError("chunk-request.ranges: each range must be [start, end) with 0 <= start < end")
+        return cls(validate_id(f.str("device_id", 64)), validate_id(f.str("artifact_id", 64), "artifact id"), ranges)
+
+
+@dataclass(frozen=True)
+class Presence:
+    """Online/offline marker (retained; the broker publishes the offline one as last will)."""
+
+    device_id: str
+    online: bool
+    ts: float
+
+    def to_payload(self) -> bytes:
+        return encode_json({"device_id": self.device_id, "online": self.online, "ts": self.ts})
+
+    @classmethod
+    def from_payload(cls, raw: bytes) -> "Presence":
+        f = decode_json(raw, "presence")
+        return cls(validate_id(f.str("device_id", 64)), f.bool("online"), f.float("ts"))
+
+
+@dataclass(frozen=True)
+class DeviceEvent:
+    """One deployment transition on a device."""
+
+    device_id: str
+    deployment_id: str
+    state: str
+    status: str  # running | ok | failed | rolled-back | rejected
+    detail: str
+    ts: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_payload(self) -> bytes:
+        return encode_json({
+            "device_id": self.device_id, "deployment_id": self.deployment_id, "state": self.state,
+            "status": self.status, "detail": self.detail, "ts": self.ts, "data": self.data,
+        })
+
+    @classmethod
+    def from_payload(cls, raw: bytes) -> "DeviceEvent":
+        f = decode_json(raw, "event")
+        return cls(
+            validate_id(f.str("device_id", 64)), f.str("deployment_id", 64), f.str("state", 32),
+            f.str("status", 32), f.str("detail", 4096), f.float("ts"),
+            f.raw_obj("data") if "data" in f.data else {},
+        )
+
+
+def _expect_type(f: Fields, kind: str) -> None:
+    if f.str("type", 32) != kind:
+        raise ProtocolError(f"{f.what}: type must be {kind!r}")
+
+
+def device_json(raw: bytes, what: str) -> dict[str, Any]:
+    """Decode a free-form device report (birth, state, telemetry): a schema-1 object with a device id."""
+    f = decode_json(raw, what)
+    validate_id(f.str("device_id", 64))
+    return f.data

@@ -1,0 +1,125 @@
+"""The .edgepkg format and its safe extraction.
+
+An ``.edgepkg`` is an uncompressed tar holding exactly two members: ``envelope.json`` (the DSSE
+envelope of the manifest) and ``payload.tar`` (the files). Only ``payload.tar`` travels in chunks;
+the envelope rides in the desired-state message, so a device checks the signature before it
+downloads a byte, and checks every chunk, the whole payload and every file against the signed
+hashes before anything is parsed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tarfile
+from pathlib import Path
+from typing import IO
+
+from agent.errors import PackageError, VerificationError
+from agent.protocol.envelope import Envelope
+from agent.protocol.manifest import Manifest
+
+__all__ = ["ENVELOPE_MEMBER", "PAYLOAD_MEMBER", "extract_payload", "open_package", "sha256_file"]
+
+ENVELOPE_MEMBER = "envelope.json"
+PAYLOAD_MEMBER = "payload.tar"
+MAX_ENVELOPE = 4 * 1024 * 1024
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def open_package(path: Path, workdir: Path) -> tuple[Envelope, Path]:
+    """Read a .edgepkg: return its envelope and the path of its payload copied into ``workdir``."""
+    try:
+        with tarfile.open(path, "r:") as tar:
+            members = {m.name: m for m in tar.getmembers()}
+            if set(members) != {ENVELOPE_MEMBER, PAYLOAD_MEMBER}:
+                raise PackageError(f"{path}: expected exactly {ENVELOPE_MEMBER} and {PAYLOAD_MEMBER}, found {sorted(members)}")
+            for m in members.values():
+                if not m.isfile():
+                    raise PackageError(f"{path}: member {m.name} is not a regular file")
+            if members[ENVELOPE_MEMBER].size > MAX_ENVELOPE:
+                raise PackageError(f"{path}: {ENVELOPE_MEMBER} is larger than {MAX_ENVELOPE} bytes")
+            envelope = Envelope.from_bytes(_read(tar, members[ENVELOPE_MEMBER]))
+            payload = workdir / PAYLOAD_MEMBER
+            with _member(tar, members[PAYLOAD_MEMBER]) as src, payload.open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+    except (tarfile.TarError, EOFError) as exc:
+        raise PackageError(f"{path}: not a readable .edgepkg ({exc})") from exc
+    except OSError as exc:
+        raise PackageError(f"{path}: cannot read ({exc.strerror})") from exc
+    return envelope, payload
+
+
+def _member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
+    f = tar.extractfile(member)
+    if f is None:
+        raise PackageError(f"member {member.name} has no data")
+    return f
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    with _member(tar, member) as f:
+        return f.read()
+
+
+def extract_payload(payload: Path, manifest: Manifest, dest: Path) -> None:
+    """Check the payload against the manifest and extract exactly the listed files into ``dest``.
+
+    Rejects absolute paths, ``..``, links, devices and any member whose path or size the signed
+    manifest does not list; each file's sha256 is checked while it is written."""
+    if payload.stat().st_size != manifest.payload.size or sha256_file(payload) != manifest.payload.sha256:
+        raise VerificationError("payload does not match the signed size and sha256")
+    expected = {f.path: f for f in manifest.files}
+    seen: set[str] = set()
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(payload, "r:") as tar:
+            for member in tar:
+                _check_member(member, expected, seen)
+                _write_checked(tar, member, dest, expected[member.name].sha256)
+                seen.add(member.name)
+    except tarfile.TarError as exc:
+        raise PackageError(f"payload is not a readable tar ({exc})") from exc
+    missing = sorted(set(expected) - seen)
+    if missing:
+        raise PackageError(f"payload lacks file(s) listed in the manifest: {', '.join(missing)}")
+
+
+def _check_member(member: tarfile.TarInfo, expected: dict[str, object], seen: set[str]) -> None:
+    name = member.name
+    if name.startswith("/") or ".." in name.split("/") or "\\" in name:
+        raise PackageError(f"payload member {name!r}: unsafe path")
+    if not member.isfile():
+        raise PackageError(f"payload member {name!r}: links, devices and directories are not allowed")
+    entry = expected.get(name)
+    if entry is None:
+        raise PackageError(f"payload member {name!r} is not listed in the manifest")
+    if name in seen:
+        raise PackageError(f"payload member {name!r} appears twice")
+    if member.size != getattr(entry, "size"):
+        raise PackageError(f"payload member {name!r}: {member.size} bytes, manifest says {getattr(entry, 'size')}")
+
+
+def _write_checked(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, sha256: str) -> None:
+    target = dest / member.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    remaining = member.size
+    with _member(tar, member) as src, target.open("wb") as dst:
+        while remaining > 0:
+            block = src.read(min(1 << 20, remaining))
+            if not block:
+                raise PackageError(f"payload member {member.name!r} is truncated")
+            h.update(block)
+            dst.write(block)
+            remaining -= len(block)
+    if h.hexdigest() != sha256:
+        target.unlink()
+        raise VerificationError(f"file {member.name} does not match its signed sha256")

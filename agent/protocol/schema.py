@@ -1,0 +1,117 @@
+"""Reading JSON payloads field by field, with errors that name the field."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping, Optional, TypeVar
+
+from agent.errors import ProtocolError
+
+__all__ = ["SCHEMA_VERSION", "MAX_JSON_BYTES", "Fields", "decode_json", "encode_json"]
+
+SCHEMA_VERSION = 1
+MAX_JSON_BYTES = 1024 * 1024
+
+T = TypeVar("T")
+
+
+def decode_json(raw: bytes, what: str, max_bytes: int = MAX_JSON_BYTES) -> "Fields":
+    """Parse a JSON object payload that carries ``"schema": 1``."""
+    if len(raw) > max_bytes:
+        raise ProtocolError(f"{what}: payload of {len(raw)} bytes exceeds the {max_bytes} byte limit")
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"{what}: malformed JSON ({exc})") from exc
+    fields = Fields(data, what)
+    schema = fields.int("schema")
+    if schema != SCHEMA_VERSION:
+        raise ProtocolError(f"{what}: unsupported schema version {schema} (this agent speaks {SCHEMA_VERSION})")
+    return fields
+
+
+def encode_json(data: Mapping[str, Any]) -> bytes:
+    return json.dumps({"schema": SCHEMA_VERSION, **data}, separators=(",", ":"), allow_nan=False).encode()
+
+
+class Fields:
+    """A JSON object whose fields are read with type checks naming ``what.field``."""
+
+    def __init__(self, data: Any, what: str) -> None:
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{what}: expected a JSON object, got {type(data).__name__}")
+        self.data: dict[str, Any] = data
+        self.what = what
+
+    def _get(self, key: str, kind: type[T] | tuple[type, ...], optional: bool) -> Any:
+        if key not in self.data or self.data[key] is None:
+            if optional:
+                return None
+            raise ProtocolError(f"{self.what}: missing field {key!r}")
+        value = self.data[key]
+        # bool is an int in Python; never accept it where a number is asked for.
+        if isinstance(value, bool) and kind is not bool:
+            raise ProtocolError(f"{self.what}.{key}: expected {_name(kind)}, got bool")
+        if not isinstance(value, kind):
+            raise ProtocolError(f"{self.what}.{key}: expected {_name(kind)}, got {type(value).__name__}")
+        return value
+
+    def str(self, key: str, max_len: int = 1024) -> str:
+        value: str = self._get(key, str, False)
+        if len(value) > max_len:
+            raise ProtocolError(f"{self.what}.{key}: longer than {max_len} characters")
+        return value
+
+    def opt_str(self, key: str, max_len: int = 1024) -> Optional[str]:
+        return None if self.data.get(key) is None else self.str(key, max_len)
+
+    def int(self, key: str, minimum: int = 0, maximum: int = 2**63 - 1) -> int:
+        value: int = self._get(key, int, False)
+        if not minimum <= value <= maximum:
+            raise ProtocolError(f"{self.what}.{key}: {value} is outside [{minimum}, {maximum}]")
+        return value
+
+    def opt_int(self, key: str, minimum: int = 0, maximum: int = 2**63 - 1) -> Optional[int]:
+        return None if self.data.get(key) is None else self.int(key, minimum, maximum)
+
+    def float(self, key: str) -> float:
+        value = self._get(key, (int, float), False)
+        if not math.isfinite(value):
+            raise ProtocolError(f"{self.what}.{key}: not a finite number")
+        return float(value)
+
+    def opt_float(self, key: str) -> Optional[float]:
+        return None if self.data.get(key) is None else self.float(key)
+
+    def bool(self, key: str) -> bool:
+        value: bool = self._get(key, bool, False)
+        return value
+
+    def list(self, key: str, max_len: int = 100_000) -> list[Any]:
+        value: list[Any] = self._get(key, list, False)
+        if len(value) > max_len:
+            raise ProtocolError(f"{self.what}.{key}: more than {max_len} entries")
+        return value
+
+    def obj(self, key: str) -> "Fields":
+        return Fields(self._get(key, dict, False), f"{self.what}.{key}")
+
+    def opt_obj(self, key: str) -> Optional["Fields"]:
+        return None if self.data.get(key) is None else self.obj(key)
+
+    def raw_obj(self, key: str) -> dict[str, Any]:
+        value: dict[str, Any] = self._get(key, dict, False)
+        return value
+
+    def str_map(self, key: str) -> dict[str, str]:
+        value = self.raw_obj(key) if key in self.data else {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise ProtocolError(f"{self.what}.{key}: expected a mapping of strings")
+        return dict(value)
+
+
+def _name(kind: Any) -> str:
+    if isinstance(kind, tuple):
+        return " or ".join(k.__name__ for k in kind)
+    return str(kind.__name__)

@@ -1,0 +1,251 @@
+"""A small MQTT transport over paho-mqtt 2.x (callback API v2) shared by agent and edgectl.
+
+Callbacks run on paho's network thread and only enqueue: slow work (hashing, loading,
+benchmarking) happens on the consumer's thread, so keepalive is never starved. Subscriptions are
+remembered and renewed on every reconnect. Reconnects back off exponentially with jitter so a
+fleet does not stampede a restarted broker. MQTT 5 is tried first (for Maximum Packet Size and
+message expiry); brokers that only speak 3.1.1, like the embedded one, are used with 3.1.1.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+from urllib.parse import urlparse
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.properties import Properties
+from paho.mqtt.packettypes import PacketTypes
+
+from agent.errors import BrokerUnavailable, ConfigError
+
+__all__ = ["BrokerAddress", "Message", "MqttTransport", "Will", "check_transport_security"]
+
+log = logging.getLogger(__name__)
+
+_UNSUPPORTED_PROTOCOL = {1, 132}  # 3.1.1 and 5 return codes for "unsupported protocol version"
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    host: str
+    port: int
+    tls: bool
+
+    @classmethod
+    def parse(cls, url: str) -> "BrokerAddress":
+        parsed = urlparse(url if "://" in url else f"mqtt://{url}")
+        if parsed.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
+            raise ConfigError(f"broker URL {url!r}: scheme must be mqtt:// or mqtts://")
+        tls = parsed.scheme in ("mqtts", "ssl")
+        try:
+            port = parsed.port or (8883 if tls else 1883)
+        except ValueError as exc:
+            raise ConfigError(f"broker URL {url!r}: bad port") from exc
+        if not parsed.hostname:
+            raise ConfigError(f"broker URL {url!r}: no host")
+        return cls(parsed.hostname, port, tls)
+
+
+def check_transport_security(url: str, insecure: bool, where: str) -> None:
+    """Plaintext MQTT is allowed on loopback; elsewhere only with an explicit ``insecure: true``."""
+    address = BrokerAddress.parse(url)
+    if address.tls or address.host in ("127.0.0.1", "localhost", "::1"):
+        return
+    if not insecure:
+        raise ConfigError(
+            f"{where}: broker {url} is plaintext; use mqtts:// with tls settings, "
+            "or set insecure: true to accept an unencrypted, unauthenticated connection"
+        )
+    log.warning("plaintext MQTT to %s: traffic is neither encrypted nor authenticated", address.host)
+
+
+@dataclass(frozen=True)
+class Message:
+    topic: str
+    payload: bytes
+    retain: bool
+
+
+@dataclass(frozen=True)
+class Will:
+    topic: str
+    payload: bytes
+    qos: int = 1
+    retain: bool = True
+
+
+class MqttTransport:
+    """One MQTT connection: publish, remembered subscriptions, and an inbox of received messages."""
+
+    def __init__(
+        self,
+        url: str,
+        client_id: str,
+        *,
+        inbox: "queue.Queue[Message]",
+        tls_context: Optional[ssl.SSLContext] = None,
+        will: Optional[Will] = None,
+        on_connect: Optional[Callable[[], None]] = None,
+        protocol: str = "auto",
+        keepalive: int = 30,
+        max_inflight: int = 64,
+    ) -> None:
+        if protocol not in ("auto", "5", "3.1.1"):
+            raise ConfigError(f"mqtt protocol {protocol!r}: use auto, 5 or 3.1.1")
+        self.address = BrokerAddress.parse(url)
+        if self.address.tls and tls_context is None:
+            tls_context = ssl.create_default_context()
+        self._client_id = client_id
+        self._inbox = inbox
+        self._tls = tls_context
+        self._will = will
+        self._hook = on_connect
+        self._protocol = protocol
+        self._keepalive = keepalive
+        self._max_inflight = max_inflight
+        self._subs: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._connected = threading.Event()
+        self._refused: Optional[int] = None
+        self.max_packet_size: Optional[int] = None
+        self.mqtt_version = "5" if protocol != "3.1.1" else "3.1.1"
+        self._client = self._new_client(self.mqtt_version)
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _new_client(self, version: str) -> mqtt.Client:
+        client = mqtt.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=self._client_id,
+            protocol=mqtt.MQTTv5 if version == "5" else mqtt.MQTTv311,
+            **({} if version == "5" else {"clean_session": True}),
+        )
+        client.max_inflight_messages_set(self._max_inflight)
+        client.max_queued_messages_set(0)
+        client.reconnect_delay_set(min_delay=1, max_delay=30)
+        if self._tls is not None:
+            client.tls_set_context(self._tls)
+        if self._will is not None:
+            client.will_set(self._will.topic, self._will.payload, self._will.qos, self._will.retain)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        return client
+
+    def connect(self, timeout: float = 10.0) -> None:
+        """Connect (falling back from MQTT 5 to 3.1.1 when asked to) and start the network thread."""
+        if self._attempt(timeout):
+            return
+        if self._protocol == "auto" and self._refused in _UNSUPPORTED_PROTOCOL:
+            log.info("broker does not speak MQTT 5; using 3.1.1")
+            self.mqtt_version = "3.1.1"
+            self._client = self._new_client("3.1.1")
+            if self._attempt(timeout):
+                return
+        where = f"{self.address.host}:{self.address.port}"
+        reason = f"refused (code {self._refused})" if self._refused is not None else "no answer"
+        raise BrokerUnavailable(f"cannot connect to MQTT broker at {where}: {reason}")
+
+    def _attempt(self, timeout: float) -> bool:
+        self._refused = None
+        self._connected.clear()
+        try:
+            self._client.connect(self.address.host, self.address.port, keepalive=self._keepalive)
+        except (OSError, ssl.SSLError) as exc:
+            self._client.loop_stop()
+            raise BrokerUnavailable(
+                f"cannot connect to MQTT broker at {self.address.host}:{self.address.port}: {exc}"
+            ) from exc
+        self._client.loop_start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._refused is None:
+            if self._connected.wait(0.05):
+                return True
+        self._client.disconnect()
+        self._client.loop_stop()
+        return False
+
+    def close(self, final: Optional[tuple[str, bytes]] = None) -> None:
+        """Publish ``final`` (topic, payload; retained) if connected, then disconnect cleanly."""
+        if final is not None and self._connected.is_set():
+            self.publish(final[0], final[1], qos=1, retain=True, wait=2.0)
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._connected.wait(timeout)
+
+    # -- callbacks: network thread, enqueue only ----------------------------------------------
+
+    def _on_connect(self, client: mqtt.Client, _u: Any, _f: Any, reason: Any, props: Optional[Properties]) -> None:
+        if reason.is_failure:
+            self._refused = int(reason.value)
+            return
+        if props is not None and hasattr(props, "MaximumPacketSize"):
+            self.max_packet_size = int(props.MaximumPacketSize)
+        with self._lock:
+            subs = list(self._subs.items())
+        for topic, qos in subs:
+            client.subscribe(topic, qos)
+        self._connected.set()
+        if self._hook is not None:
+            self._hook()
+
+    def _on_disconnect(self, client: mqtt.Client, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
+        self._connected.clear()
+        # Jitter the next reconnect delay so that a fleet does not reconnect in lockstep.
+        client.reconnect_delay_set(min_delay=random.uniform(0.5, 1.5), max_delay=30)
+        if reason is not None and getattr(reason, "is_failure", False):
+            log.warning("disconnected from broker (%s); reconnecting with backoff", reason)
+
+    def _on_message(self, _c: mqtt.Client, _u: Any, msg: mqtt.MQTTMessage) -> None:
+        self._inbox.put(Message(msg.topic, bytes(msg.payload), bool(msg.retain)))
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, qos: int = 1) -> None:
+        with self._lock:
+            self._subs[topic] = qos
+        if self._connected.is_set():
+            self._client.subscribe(topic, qos)
+
+    def unsubscribe(self, topic: str) -> None:
+        with self._lock:
+            self._subs.pop(topic, None)
+        if self._connected.is_set():
+            self._client.unsubscribe(topic)
+
+    def publish(
+        self, topic: str, payload: bytes, qos: int = 1, retain: bool = False,
+        wait: Optional[float] = None, expiry_s: Optional[int] = None,
+    ) -> bool:
+        """Publish; with ``wait``, block up to that many seconds for the broker's ack.
+
+        Returns False when the message could not be handed over (not connected) or was not
+        acknowledged in time; QoS 1 messages queued while offline are not kept (callers retry)."""
+        props = None
+        if expiry_s is not None and self.mqtt_version == "5":
+            props = Properties(PacketTypes.PUBLISH)
+            props.MessageExpiryInterval = expiry_s
+        info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            return False
+        if wait is None:
+            return True
+        try:
+            info.wait_for_publish(wait)
+        except (RuntimeError, ValueError):
+            return False
+        return info.is_published()

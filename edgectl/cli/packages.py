@@ -1,0 +1,121 @@
+"""Package commands: keys, build, verify."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from agent.errors import UserError
+from agent.protocol.envelope import TrustedKeys, load_public_key
+from agent.protocol.manifest import TargetInfo
+from edgectl.cli.app import app
+from edgectl.cli.output import console, print_json, print_table
+from edgectl.keys import ROLES, Keyring
+from edgectl.package import BuildOptions, build_package, read_package
+
+keys_app = typer.Typer(help="Manage the ed25519 keys that sign packages and controller messages.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("init")
+def keys_init() -> None:
+    """Create the package and controller signing keys (keeps existing ones)."""
+    ring = Keyring()
+    for role in ROLES:
+        kid, created = ring.init(role)
+        console.print(f"{role} key {kid} {'created' if created else 'already exists'} in {ring.root / role}")
+
+
+@keys_app.command("list")
+def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List signing keys; the active key of each role signs."""
+    rows = Keyring().list()
+    if as_json:
+        print_json(rows)
+        return
+    print_table("signing keys", ["ROLE", "KEY ID", "ACTIVE", "CREATED"],
+                [(r["role"], r["key_id"], "yes" if r["active"] else "", r["created"]) for r in rows])
+
+
+@keys_app.command("export")
+def keys_export(
+    role: str = typer.Argument("package", help="package or controller."),
+    key_id: Optional[str] = typer.Option(None, "--key-id", help="A key other than the active one."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the PEM here instead of stdout."),
+) -> None:
+    """Print a public key (PEM) for agents to pin in trust.packages / trust.controllers."""
+    pem = Keyring().public_pem(role, key_id)
+    if out is None:
+        typer.echo(pem, nl=False)
+    else:
+        out.write_text(pem)
+        console.print(f"wrote {out}")
+
+
+@keys_app.command("rotate")
+def keys_rotate(role: str = typer.Argument("package", help="package or controller.")) -> None:
+    """Make a new active key for ROLE; the old one stays listed (see docs/security.md)."""
+    console.print(f"new active {role} key {Keyring().rotate(role)}")
+
+
+@app.command()
+def build(
+    model: Path = typer.Argument(..., exists=True, dir_okay=False, help="The ONNX model to package."),
+    name: str = typer.Option(..., "--name", help="Model name; agents serve it under this name."),
+    version: int = typer.Option(..., "--version", min=1, help="Integer version, higher than any before."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output path (default NAME-VERSION.edgepkg)."),
+    target: str = typer.Option("any", "--target", help="Target profile the package is for ('any': every device)."),
+    valid_days: float = typer.Option(90.0, "--valid-days", help="Days until the manifest expires."),
+    chunk_size: int = typer.Option(64 * 1024, "--chunk-size", help="Transfer chunk size in bytes."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Package MODEL with golden data into a signed .edgepkg."""
+    out = out or Path(f"{name}-{version}.edgepkg")
+    options = BuildOptions(name=name, version=version, target=_target_info(target), chunk_size=chunk_size, valid_days=valid_days)
+    manifest = build_package(model, options, Keyring().signing_key("package"), out)
+    if as_json:
+        import json
+
+        print_json(json.loads(manifest.to_bytes()))
+        return
+    console.print(f"wrote {out}: {manifest.name} v{manifest.version} for target {manifest.target.name}, "
+                  f"{manifest.payload.size} bytes in {len(manifest.payload.chunks)} chunks")
+
+
+def _target_info(name: str) -> TargetInfo:
+    if name == "any":
+        return TargetInfo("any")
+    from targets import load_profile  # host-only: profiles and their providers
+
+    profile = load_profile(name)
+    return TargetInfo(profile.name, tuple(ep.name for ep in profile.execution_providers), tuple(profile.device_classes))
+
+
+@app.command()
+def verify(
+    package: Path = typer.Argument(..., exists=True, dir_okay=False, help="The .edgepkg to check."),
+    key: list[Path] = typer.Option([], "--key", help="Trusted public key PEM (repeatable); default: this machine's package keys."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verified manifest as JSON."),
+) -> None:
+    """Check a package as a device would: signature, expiry, payload and every file hash."""
+    from agent.protocol.package import extract_payload
+
+    pems = [p.read_text() for p in key] or [Keyring().public_pem("package", r["key_id"]) for r in Keyring().list() if r["role"] == "package"]
+    if not pems:
+        raise UserError("no trusted keys: pass --key PEM or run `edgectl keys init`")
+    trusted = TrustedKeys([load_public_key(p) for p in pems])
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = read_package(package, trusted, Path(tmp))
+        pkg.manifest.check_fresh()
+        extract_payload(pkg.payload, pkg.manifest, Path(tmp) / "files")
+    m = pkg.manifest
+    if as_json:
+        import json
+
+        print_json(json.loads(m.to_bytes()))
+        return
+    console.print(f"OK {package}: {m.name} v{m.version}, target {m.target.name}, signed by {pkg.envelope.signatures[0][0]}, "
+                  f"{len(m.files)} files verified")

@@ -1,0 +1,40 @@
+"""edgectl's configuration: ``edgectl.yaml`` (or --config), every key also ``EDGECTL_<KEY>``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from agent.config import TlsSettings
+from agent.settings import load_settings
+
+__all__ = ["EdgectlConfig", "load_edgectl_config"]
+
+SEARCH = (Path("edgectl.yaml"), Path.home() / ".config" / "edgectl" / "edgectl.yaml")
+
+
+@dataclass(frozen=True)
+class DeployDefaults:
+    timeout_s: float = 600.0
+    valid_days: float = 90.0
+    chunk_size: int = 64 * 1024
+
+
+@dataclass(frozen=True)
+class EdgectlConfig:
+    broker: Optional[str] = None
+    insecure: bool = False
+    mqtt_protocol: str = "auto"
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    deploy: DeployDefaults = field(default_factory=DeployDefaults)
+
+
+def load_edgectl_config(path: Optional[Path]) -> EdgectlConfig:
+    """The given file, else the first of ./edgectl.yaml and ~/.config/edgectl/edgectl.yaml, else defaults."""
+    if path is None:
+        path = next((p for p in SEARCH if p.is_file()), None)
+    # These three select the file, broker and home directory; they are not config keys.
+    environ = {k: v for k, v in os.environ.items() if k not in ("EDGECTL_CONFIG", "EDGECTL_BROKER", "EDGECTL_HOME")}
+    return load_settings(EdgectlConfig, path, "EDGECTL_", environ=environ)

@@ -1,0 +1,124 @@
+"""Deploy one signed package to named devices and follow them until each commits or fails.
+
+This is the foreground path of ``edgectl deploy --device``: it publishes each device's signed
+desired state, serves the artifact's chunks to whoever asks, and reports every device's
+transitions until all are done or the timeout passes.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agent.errors import EdgeError
+from agent.protocol import topics
+from agent.protocol.envelope import DESIRED_TYPE, sign
+from agent.protocol.messages import DesiredModel, DesiredState, DeviceEvent
+from agent.transport import Message, MqttTransport
+from edgectl.artifact_server import ArtifactServer, ServedArtifact
+from edgectl.package import Package
+from edgectl.sequence import next_sequence
+
+__all__ = ["DeviceProgress", "deploy_to_devices", "new_deployment_id"]
+
+TERMINAL = ("ok", "failed", "rolled-back", "rejected")
+DESIRED_VALIDITY_S = 7 * 86400
+
+
+def new_deployment_id() -> str:
+    return f"d-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class DeviceProgress:
+    device_id: str
+    state: str = "pending"
+    status: str = "pending"
+    detail: str = ""
+    data: dict[str, object] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+
+def publish_desired(transport: MqttTransport, key: Ed25519PrivateKey, device_id: str, deployment_id: str,
+                    package: Package, allow_downgrade: bool = False) -> None:
+    now = time.time()
+    desired = DesiredState(
+        device_id=device_id, seq=next_sequence(), issued_at=now, expires_at=now + DESIRED_VALIDITY_S,
+        deployment_id=deployment_id,
+        model=DesiredModel(package.manifest.name, package.manifest.version, package.envelope),
+        options={"allow_downgrade": allow_downgrade},
+    )
+    envelope = sign(DESIRED_TYPE, desired.to_payload(), key)
+    if not transport.publish(topics.device(device_id, "desired"), envelope.to_bytes(), qos=1, retain=True, wait=10.0):
+        raise EdgeError(f"the broker did not acknowledge the desired state for {device_id}")
+
+
+def deploy_to_devices(
+    transport: MqttTransport,
+    inbox: "queue.Queue[Message]",
+    package: Package,
+    device_ids: list[str],
+    key: Ed25519PrivateKey,
+    timeout_s: float,
+    on_progress: Callable[[DeviceProgress], None] = lambda _p: None,
+    allow_downgrade: bool = False,
+) -> tuple[str, dict[str, DeviceProgress]]:
+    """Returns the deployment id and each device's final progress."""
+    deployment_id = new_deployment_id()
+    progress = {d: DeviceProgress(d) for d in device_ids}
+    server = ArtifactServer(transport)
+    server.serve(ServedArtifact(package.manifest.artifact_id, package.payload, package.manifest.payload.chunk_size,
+                                len(package.manifest.payload.chunks)))
+    server.start()
+    transport.subscribe(topics.device("+", "events"), 1)
+    try:
+        for device_id in device_ids:
+            publish_desired(transport, key, device_id, deployment_id, package, allow_downgrade)
+        _follow(inbox, server, deployment_id, progress, timeout_s, on_progress)
+    finally:
+        server.stop()
+    return deployment_id, progress
+
+
+def _follow(inbox: "queue.Queue[Message]", server: ArtifactServer, deployment_id: str,
+            progress: dict[str, DeviceProgress], timeout_s: float, on_progress: Callable[[DeviceProgress], None]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all(p.done for p in progress.values()) and time.monotonic() < deadline:
+        try:
+            message = inbox.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if message.topic.endswith("/chunk-requests"):
+            server.handle_request(message.payload)
+        elif message.topic.endswith("/events"):
+            _apply_event(message.payload, deployment_id, progress, on_progress)
+    for p in progress.values():
+        if not p.done:
+            p.status, p.detail = "timeout", f"no final report within {timeout_s:.0f}s (last state: {p.state})"
+            on_progress(p)
+
+
+def _apply_event(raw: bytes, deployment_id: str, progress: dict[str, DeviceProgress],
+                 on_progress: Callable[[DeviceProgress], None]) -> Optional[DeviceEvent]:
+    try:
+        event = DeviceEvent.from_payload(raw)
+    except EdgeError:
+        return None
+    p = progress.get(event.device_id)
+    # A desired state the device refused before reading it carries no deployment id.
+    if p is None or (event.deployment_id != deployment_id and event.status != "rejected"):
+        return None
+    p.state, p.status, p.detail = event.state, event.status, event.detail
+    p.data.update(event.data)
+    p.history.append(event.state)
+    on_progress(p)
+    return event
