@@ -114,6 +114,7 @@ class MqttTransport:
         self._subs: dict[str, int] = {}
         self._lock = threading.Lock()
         self._connected = threading.Event()
+        self._closed = threading.Event()
         self._refused: Optional[int] = None
         self.max_packet_size: Optional[int] = None
         self.mqtt_version = "5" if protocol != "3.1.1" else "3.1.1"
@@ -144,7 +145,8 @@ class MqttTransport:
         """Connect (falling back from MQTT 5 to 3.1.1 when asked to) and start the network thread."""
         if self._attempt(timeout):
             return
-        if self._protocol == "auto" and self._refused in _UNSUPPORTED_PROTOCOL:
+        # Brokers without MQTT 5 either refuse the version or drop the connection without a CONNACK.
+        if self._protocol == "auto" and (self._refused is None or self._refused in _UNSUPPORTED_PROTOCOL):
             log.info("broker does not speak MQTT 5; using 3.1.1")
             self.mqtt_version = "3.1.1"
             self._client = self._new_client("3.1.1")
@@ -157,6 +159,7 @@ class MqttTransport:
     def _attempt(self, timeout: float) -> bool:
         self._refused = None
         self._connected.clear()
+        self._closed.clear()
         try:
             self._client.connect(self.address.host, self.address.port, keepalive=self._keepalive)
         except (OSError, ssl.SSLError) as exc:
@@ -166,7 +169,7 @@ class MqttTransport:
             ) from exc
         self._client.loop_start()
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._refused is None:
+        while time.monotonic() < deadline and self._refused is None and not self._closed.is_set():
             if self._connected.wait(0.05):
                 return True
         self._client.disconnect()
@@ -204,10 +207,12 @@ class MqttTransport:
             self._hook()
 
     def _on_disconnect(self, client: mqtt.Client, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
+        was_connected = self._connected.is_set()
         self._connected.clear()
+        self._closed.set()
         # Jitter the next reconnect delay so that a fleet does not reconnect in lockstep.
         client.reconnect_delay_set(min_delay=random.uniform(0.5, 1.5), max_delay=30)
-        if reason is not None and getattr(reason, "is_failure", False):
+        if was_connected and reason is not None and getattr(reason, "is_failure", False):
             log.warning("disconnected from broker (%s); reconnecting with backoff", reason)
 
     def _on_message(self, _c: mqtt.Client, _u: Any, msg: mqtt.MQTTMessage) -> None:

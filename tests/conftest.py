@@ -1,0 +1,68 @@
+"""Fixtures that start real brokers and agents; each test gets its own, on free ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from tests.brokers import BrokerProcess, mosquitto_binary, start_embedded, start_mosquitto
+from tests.fleet import AgentProcess, EdgectlHome
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh Mosquitto on a free port (plaintext, anonymous, loopback only)."""
+    if mosquitto_binary() is None:
+        pytest.fail("mosquitto is not installed: ./scripts/test installs it (apt-get install mosquitto)")
+    broker = start_mosquitto(tmp_path / "mosquitto")
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def embedded_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """The embedded amqtt broker that ./scripts/demo uses, in its own process."""
+    broker = start_embedded(tmp_path / "embedded")
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(params=["mosquitto", "embedded"])
+def any_broker(request: pytest.FixtureRequest) -> BrokerProcess:
+    """Each test using this runs once on Mosquitto and once on the embedded broker."""
+    return request.getfixturevalue("mosquitto" if request.param == "mosquitto" else "embedded_broker")
+
+
+def _home(tmp_path: Path, broker: BrokerProcess) -> EdgectlHome:
+    home = EdgectlHome(tmp_path / "edgectl-home", broker.url)
+    home.path.mkdir()
+    home.edgectl("keys", "init", check=True)
+    return home
+
+
+@pytest.fixture
+def edgectl_home(tmp_path: Path, mosquitto: BrokerProcess) -> EdgectlHome:
+    return _home(tmp_path, mosquitto)
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
+    """Factory: agents(home, "dev-1", target=..., extra={...}) starts a real agent process."""
+    started: list[AgentProcess] = []
+
+    def start(home: EdgectlHome, device_id: str, **kwargs: object) -> AgentProcess:
+        agent = AgentProcess(device_id, tmp_path / device_id, home.broker_url, [home.public_key("package")],
+                             [home.public_key("controller")], **kwargs)  # type: ignore[arg-type]
+        started.append(agent.start())
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+@pytest.fixture
+def home_for() -> Callable[[Path, BrokerProcess], EdgectlHome]:
+    return _home
