@@ -13,6 +13,7 @@ from agent.errors import EdgeError
 
 # Command modules register themselves on `app` when imported.
 from agent.cli import run  # noqa: F401  (edge-agent run)
+from agent.cli import probe  # noqa: F401  (edge-agent probe)
 
 __all__ = ["main"]
 

@@ -1,0 +1,179 @@
+"""The runner contract every backend implements (after Polygraphy's ``backend/base/runner.py``).
+
+A *loader* knows how to build a session (which runtime, device, options); a *runner* owns that
+session: ``activate`` builds it, ``infer`` runs it, ``deactivate`` frees it. Runners are context
+managers. The base class owns the checks on the feeds, so a backend only implements the
+``*_impl`` methods and every backend rejects bad inputs with the same messages.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Mapping
+
+import numpy as np
+
+from agent.errors import InternalError, UserError
+
+__all__ = ["Dim", "Runner", "TensorSpec"]
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, numpy dtype string and shape of one model input or output.
+
+    A dimension is an ``int`` when fixed, a ``str`` when symbolic (``"batch"``) and ``None`` when
+    unknown. ``dtype`` is ``"object"`` for strings and for non-tensor outputs (ONNX-ML maps).
+    """
+
+    name: str
+    dtype: str
+    shape: list[Dim] = field(default_factory=list)
+
+    def accepts_shape(self, shape: tuple[int, ...]) -> bool:
+        """Whether a concrete shape fits this spec (same rank, fixed dims equal)."""
+        if len(shape) != len(self.shape):
+            return False
+        return all(not isinstance(want, int) or want == got for want, got in zip(self.shape, shape))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+class Runner(abc.ABC):
+    """A loaded model on one backend: activate, infer, deactivate; use it with ``with``.
+
+    ``infer`` may be called from several threads at once once the runner is active; backends
+    whose sessions are not thread-safe serialise or pool internally.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.is_active = False
+        self.last_inference_s: float | None = None
+        self._state_lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def activate(self) -> None:
+        """Build the session; calling it on an active runner is an internal error."""
+        with self._state_lock:
+            if self.is_active:
+                raise InternalError(f"runner {self.name} is already active")
+            self.activate_impl()
+            self.is_active = True
+
+    def deactivate(self) -> None:
+        """Free the session; a no-op on an inactive runner so cleanup paths never raise."""
+        with self._state_lock:
+            if not self.is_active:
+                return
+            self.is_active = False
+            self.deactivate_impl()
+
+    close = deactivate
+
+    def __enter__(self) -> Runner:
+        if not self.is_active:
+            self.activate()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.deactivate()
+
+    # -- metadata --------------------------------------------------------------------------------
+    @property
+    def inputs(self) -> list[TensorSpec]:
+        """The model inputs, in model order."""
+        self._require_active()
+        return self.inputs_impl()
+
+    @property
+    def outputs(self) -> list[TensorSpec]:
+        """The model outputs, in model order."""
+        self._require_active()
+        return self.outputs_impl()
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """Where the model really runs: backend, device, nodes per provider, fallback verdict."""
+        self._require_active()
+        return self.placement_impl()
+
+    # -- inference -------------------------------------------------------------------------------
+    def infer(self, feeds: Mapping[str, np.ndarray], *, check: bool = True) -> dict[str, Any]:
+        """Run the model on ``feeds``; raise UserError naming the tensor when a feed is wrong."""
+        self._require_active()
+        if check:
+            self.check_feeds(feeds)
+        start = time.perf_counter()
+        outputs = self.infer_impl(feeds)
+        self.last_inference_s = time.perf_counter() - start
+        return outputs
+
+    def check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Raise UserError when a name, dtype or shape does not match the model inputs."""
+        specs = {spec.name: spec for spec in self.inputs}
+        for name in feeds:
+            if name not in specs:
+                raise UserError(f"unknown input '{name}': the model's inputs are {sorted(specs)}")
+        for spec in specs.values():
+            if spec.name not in feeds:
+                raise UserError(f"missing input '{spec.name}' ({spec.dtype}{spec.shape})")
+            _check_one(spec, feeds[spec.name])
+
+    def _require_active(self) -> None:
+        if not self.is_active:
+            raise InternalError(f"runner {self.name} is not active: use it in a `with` block")
+
+    # -- what a backend implements ---------------------------------------------------------------
+    @abc.abstractmethod
+    def activate_impl(self) -> None:
+        """Build the session."""
+
+    @abc.abstractmethod
+    def deactivate_impl(self) -> None:
+        """Release the session."""
+
+    @abc.abstractmethod
+    def inputs_impl(self) -> list[TensorSpec]:
+        """Input specs of the active session."""
+
+    @abc.abstractmethod
+    def outputs_impl(self) -> list[TensorSpec]:
+        """Output specs of the active session."""
+
+    @abc.abstractmethod
+    def placement_impl(self) -> dict[str, Any]:
+        """Placement report of the active session."""
+
+    @abc.abstractmethod
+    def infer_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Run the checked feeds."""
+
+
+def _check_one(spec: TensorSpec, value: Any) -> None:
+    """Raise UserError when one feed's type, dtype or shape does not fit its spec."""
+    if not isinstance(value, np.ndarray):
+        raise UserError(f"input '{spec.name}' must be a numpy array, got {type(value).__name__}")
+    got = value.dtype
+    if spec.dtype == "object":
+        if got.kind not in "OUS":
+            raise UserError(f"input '{spec.name}' expects strings, got dtype {got}")
+    elif got != np.dtype(spec.dtype):
+        raise UserError(f"input '{spec.name}' expects dtype {spec.dtype}, got {got}")
+    if not spec.accepts_shape(value.shape):
+        raise UserError(
+            f"input '{spec.name}' expects shape {spec.shape}, got {list(value.shape)}"
+        )

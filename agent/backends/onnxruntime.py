@@ -1,0 +1,166 @@
+"""ONNX Runtime backend: any execution provider the installed build offers, placement verified.
+
+After the session is built, ORT's graph assignment info (session config
+``session.record_ep_graph_assignment_info=1``, then ``get_provider_graph_assignment_info()``)
+says which provider took each node. A requested accelerator that ORT dropped, or that took fewer
+than ``min_fraction`` of the nodes, is reported as a fallback, never as the accelerator
+(Olive's ``check_ort_fallback`` does the same for dropped providers).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import onnxruntime as ort
+
+from agent.backends.base import Runner, TensorSpec
+from agent.errors import ModelError
+
+__all__ = [
+    "CPU_PROVIDER",
+    "MIN_ACCELERATED_FRACTION",
+    "OrtRunner",
+    "OrtSessionLoader",
+    "available_providers",
+    "runtime_version",
+]
+
+CPU_PROVIDER = "CPUExecutionProvider"
+# Below this share of the graph's nodes, an accelerator mostly ships tensors back and forth.
+MIN_ACCELERATED_FRACTION = 0.5
+_RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
+
+_ORT_TO_NUMPY = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int8)": "int8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+    "tensor(string)": "object",
+}
+
+
+def available_providers() -> list[str]:
+    """Execution providers the installed onnxruntime build offers."""
+    return list(ort.get_available_providers())
+
+
+def runtime_version() -> str:
+    """The installed onnxruntime version."""
+    return str(ort.__version__)
+
+
+class OrtSessionLoader:
+    """Builds an InferenceSession on one provider (CPU fallback implied) with its options."""
+
+    def __init__(
+        self,
+        model_path: Path,
+        provider: str = CPU_PROVIDER,
+        provider_options: Mapping[str, Any] | None = None,
+        intra_op_threads: int = 0,
+    ) -> None:
+        self.model_path = Path(model_path)
+        self.provider = provider
+        self.provider_options = {k: str(v) for k, v in (provider_options or {}).items()}
+        self.intra_op_threads = intra_op_threads
+
+    def __call__(self) -> ort.InferenceSession:
+        options = ort.SessionOptions()
+        options.add_session_config_entry(_RECORD_ASSIGNMENT, "1")
+        options.intra_op_num_threads = self.intra_op_threads
+        providers: list[Any] = [(self.provider, self.provider_options)]
+        if self.provider != CPU_PROVIDER:
+            providers.append(CPU_PROVIDER)
+        try:
+            with warnings.catch_warnings():
+                # ORT warns and drops an unavailable provider; placement reports that instead.
+                warnings.simplefilter("ignore")
+                return ort.InferenceSession(str(self.model_path), options, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own untyped Fail/InvalidGraph errors
+            raise ModelError(
+                f"{self.model_path.name}: onnxruntime/{self.provider} cannot load it: {exc}"
+            ) from exc
+
+
+class OrtRunner(Runner):
+    """Runs a session built by an OrtSessionLoader; thread-safe (ORT sessions are)."""
+
+    def __init__(self, loader: OrtSessionLoader, min_fraction: float = MIN_ACCELERATED_FRACTION):
+        super().__init__(f"onnxruntime/{loader.provider}")
+        self.loader = loader
+        self.min_fraction = min_fraction
+        self._session: ort.InferenceSession | None = None
+        self._inputs: list[TensorSpec] = []
+        self._outputs: list[TensorSpec] = []
+        self._placement: dict[str, Any] = {}
+
+    def activate_impl(self) -> None:
+        session = self.loader()
+        self._session = session
+        self._inputs = [_spec(arg) for arg in session.get_inputs()]
+        self._outputs = [_spec(arg) for arg in session.get_outputs()]
+        self._placement = _placement(session, self.loader.provider, self.min_fraction)
+
+    def deactivate_impl(self) -> None:
+        self._session = None
+
+    def inputs_impl(self) -> list[TensorSpec]:
+        return list(self._inputs)
+
+    def outputs_impl(self) -> list[TensorSpec]:
+        return list(self._outputs)
+
+    def placement_impl(self) -> dict[str, Any]:
+        return dict(self._placement)
+
+    def infer_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        assert self._session is not None  # activate() ran: _require_active checked it
+        names = [spec.name for spec in self._outputs]
+        values = self._session.run(names, dict(feeds))
+        return dict(zip(names, values))
+
+
+def _spec(arg: Any) -> TensorSpec:
+    """TensorSpec of an ORT NodeArg; non-tensor types (ONNX-ML maps) become ``object``."""
+    dtype = _ORT_TO_NUMPY.get(arg.type, "object")
+    shape = list(arg.shape) if arg.type.startswith("tensor(") else []
+    return TensorSpec(arg.name, dtype, shape)
+
+
+def _placement(session: ort.InferenceSession, requested: str, min_fraction: float) -> dict[str, Any]:
+    """Nodes per provider and whether the requested provider really took the graph."""
+    nodes: Counter[str] = Counter()
+    for subgraph in session.get_provider_graph_assignment_info():
+        nodes[subgraph.ep_name] += len(subgraph.get_nodes())
+    total = sum(nodes.values())
+    taken = nodes.get(requested, 0)
+    fraction = taken / total if total else 0.0
+    if requested == CPU_PROVIDER:
+        verdict = "cpu"
+    elif requested not in session.get_providers() or taken == 0:
+        verdict = "none"
+    elif fraction < min_fraction:
+        verdict = "fallback"
+    else:
+        verdict = "full" if taken == total else "partial"
+    return {
+        "backend": "onnxruntime",
+        "requested": requested,
+        "effective": requested if verdict in ("cpu", "full", "partial") else CPU_PROVIDER,
+        "verdict": verdict,
+        "nodes": dict(nodes),
+        "total_nodes": total,
+        "accelerated_fraction": round(fraction, 4),
+    }

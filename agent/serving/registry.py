@@ -1,0 +1,149 @@
+"""The models being served: atomic swaps, and runners closed only after in-flight requests end."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from agent.backends.base import Runner, TensorSpec
+from agent.errors import NotFoundError
+from agent.telemetry import ModelStats
+
+__all__ = ["ModelRegistry", "PublishedModel"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PublishedModel:
+    """One model version behind a name; its metadata is read once at publish time."""
+
+    name: str
+    version: str
+    runner: Runner
+    info: dict[str, Any]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    placement: dict[str, Any]
+    stats: ModelStats = field(default_factory=ModelStats)
+    inflight: int = 0
+    retired: bool = False
+    closed: bool = False
+
+
+class ModelRegistry:
+    """Name -> published model, safe for concurrent requests and swaps.
+
+    ``publish`` activates the runner if it is not active yet, then swaps it in atomically. The
+    previous runner is retired: requests that already hold it finish on it, and the last one out
+    closes it; new requests see the new runner.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._models: dict[str, PublishedModel] = {}
+
+    def publish(self, name: str, version: str, runner: Runner, info: dict[str, Any] | None = None) -> None:
+        """Serve ``runner`` as ``name``/``version``, replacing (and later closing) the old one."""
+        if not runner.is_active:
+            runner.activate()
+        entry = PublishedModel(
+            name=name,
+            version=str(version),
+            runner=runner,
+            info=dict(info or {}),
+            inputs=runner.inputs,
+            outputs=runner.outputs,
+            placement=runner.placement,
+        )
+        with self._lock:
+            old = self._models.get(name)
+            self._models[name] = entry
+        if old is not None and old.runner is not runner:
+            self._retire(old)
+        log.info("serving %s version %s on %s", name, version, runner.name)
+
+    def unpublish(self, name: str) -> None:
+        """Stop serving ``name``; its runner closes when its in-flight requests end."""
+        with self._lock:
+            old = self._models.pop(name, None)
+        if old is None:
+            raise NotFoundError(f"model '{name}' is not published")
+        self._retire(old)
+
+    def names(self) -> list[str]:
+        """Published model names, sorted."""
+        with self._lock:
+            return sorted(self._models)
+
+    def get(self, name: str) -> PublishedModel:
+        """The current entry for metadata (no reference is held)."""
+        with self._lock:
+            entry = self._models.get(name)
+        if entry is None:
+            raise NotFoundError(f"model '{name}' is not published (published: {self.names()})")
+        return entry
+
+    @contextmanager
+    def acquire(self, name: str) -> Iterator[PublishedModel]:
+        """Hold the current entry for one request; a swap meanwhile does not close its runner."""
+        with self._lock:
+            entry = self._models.get(name)
+            if entry is not None:
+                entry.inflight += 1
+        if entry is None:
+            raise NotFoundError(f"model '{name}' is not published (published: {self.names()})")
+        try:
+            yield entry
+        finally:
+            with self._lock:
+                entry.inflight -= 1
+                close = entry.retired and entry.inflight == 0 and not entry.closed
+                if close:
+                    entry.closed = True
+            if close:
+                _close(entry)
+
+    def telemetry(self) -> dict[str, dict[str, Any]]:
+        """Per model: version, backend, placement, counters, latency percentiles, throughput."""
+        with self._lock:
+            entries = list(self._models.values())
+        return {
+            e.name: {
+                "version": e.version,
+                "backend": e.runner.name,
+                "placement": e.placement,
+                **e.stats.snapshot(),
+                "info": e.info,
+            }
+            for e in entries
+        }
+
+    def close(self) -> None:
+        """Unpublish everything (runners close as their requests end)."""
+        for name in self.names():
+            try:
+                self.unpublish(name)
+            except NotFoundError:
+                pass  # unpublished concurrently: already retired
+
+    def _retire(self, entry: PublishedModel) -> None:
+        with self._lock:
+            entry.retired = True
+            close = entry.inflight == 0 and not entry.closed
+            if close:
+                entry.closed = True
+        if close:
+            _close(entry)
+
+
+def _close(entry: PublishedModel) -> None:
+    """Close a retired runner; never raise, a failed close must not fail a request."""
+    try:
+        entry.runner.close()
+        log.info("closed %s version %s (%s)", entry.name, entry.version, entry.runner.name)
+    except Exception:  # noqa: BLE001  (any backend error while freeing is only logged)
+        log.exception("closing %s version %s failed", entry.name, entry.version)

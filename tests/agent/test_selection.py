@@ -1,0 +1,127 @@
+"""Backend choice by measurement on this machine's real onnxruntime and OpenVINO CPU backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from agent.backends import Candidate
+from agent.errors import OperationFailed, VerificationError
+from agent.hardware import Hardware, probe_hardware
+from agent.selection import model_precision, select_backend
+
+MODELS = Path(__file__).resolve().parents[3] / "shared" / "models"
+ORT_CPU = Candidate("onnxruntime", "CPUExecutionProvider")
+OV_CPU = Candidate("openvino", "CPU")
+
+
+def conv_model(path: Path, weight_type: int = TensorProto.FLOAT) -> Path:
+    """A small conv + relu + global pool net: float [1, 3, 16, 16] -> [1, 8, 1, 1]."""
+    rng = np.random.default_rng(1)
+    np_type = np.float16 if weight_type == TensorProto.FLOAT16 else np.float32
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("GlobalAveragePool", ["r"], ["y"]),
+        ],
+        "conv",
+        [helper.make_tensor_value_info("x", weight_type, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", weight_type, [1, 8, 1, 1])],
+        [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np_type), "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def hardware() -> Hardware:
+    return probe_hardware()
+
+
+def select(path: Path, hardware: Hardware, cache: Path, **kwargs) -> object:  # noqa: ANN003
+    options = {"allowed_providers": None, "golden": None, "expected": None, "time_budget_s": 0.2, **kwargs}
+    return select_backend(path, hardware=hardware, cache_dir=cache, **options)
+
+
+def test_measures_both_cpu_backends_and_picks_the_faster(tmp_path: Path, hardware: Hardware) -> None:
+    selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path / "cache")
+    figures = {f["backend"]: f for f in selection.figures}
+    assert set(figures) >= {"onnxruntime/CPUExecutionProvider", "openvino/CPU"}
+    passing = [f for f in selection.figures if f["status"] == "ok"]
+    assert all(f["runs"] >= 5 and f["p95_ms"] >= f["median_ms"] for f in passing)
+    assert selection.backend == min(passing, key=lambda f: f["median_ms"])["backend"]
+    assert [f["backend"] for f in selection.figures if f["chosen"]] == [selection.backend]
+    with selection.open() as runner:
+        assert runner.name == selection.backend
+        runner.infer({"x": np.zeros((1, 3, 16, 16), np.float32)})
+
+
+def test_decision_is_cached_until_something_changes(tmp_path: Path, hardware: Hardware) -> None:
+    model, cache = conv_model(tmp_path / "conv.onnx"), tmp_path / "cache"
+    first = select(model, hardware, cache)
+    again = select(model, hardware, cache)
+    assert again.cached and again.backend == first.backend and again.figures == json.loads(json.dumps(first.figures))
+    assert not select(model, hardware, cache, remeasure=True).cached
+    assert not select(model, hardware, cache, allowed_providers=["CPUExecutionProvider"]).cached
+    (cache / f"selection-{first.model_sha256[:16]}.json").write_text("{not json")
+    assert not select(model, hardware, cache).cached
+    changed = onnx.load(model)
+    changed.doc_string = "retrained"  # same name, other bytes: the sha256 decides
+    onnx.save(changed, model)
+    assert not select(model, hardware, cache).cached
+
+
+def test_allowed_list_restricts_candidates(tmp_path: Path, hardware: Hardware) -> None:
+    selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, allowed_providers=["OpenVINOExecutionProvider"])
+    assert [f["backend"] for f in selection.figures] == ["openvino/CPU"]
+    with pytest.raises(VerificationError, match="no backend on this device matches"):
+        select(tmp_path / "conv.onnx", hardware, tmp_path, allowed_providers=["TensorrtExecutionProvider"])
+
+
+def test_a_provider_that_took_no_nodes_is_never_chosen(tmp_path: Path, hardware: Hardware) -> None:
+    dropped = Candidate("onnxruntime", "CUDAExecutionProvider")  # not in this build: ORT falls back
+    selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, candidates=[dropped, ORT_CPU])
+    figure = selection.figures[0]
+    assert figure["status"] == "rejected" and "CUDAExecutionProvider took 0/" in figure["reason"]
+    assert selection.backend == "onnxruntime/CPUExecutionProvider"
+
+
+def test_wrong_outputs_are_rejected(tmp_path: Path, hardware: Hardware) -> None:
+    model = conv_model(tmp_path / "conv.onnx")
+    golden = {"x": np.ones((1, 3, 16, 16), np.float32)}
+    wrong = {"y": np.full((1, 8, 1, 1), 123.0, np.float32)}
+    with pytest.raises(OperationFailed, match="output 'y' is off by"):
+        select(model, hardware, tmp_path, golden=golden, expected=wrong)
+
+
+def test_backend_that_cannot_load_is_skipped(tmp_path: Path, hardware: Hardware) -> None:
+    broken = Candidate("openvino", "NO_SUCH_DEVICE")
+    selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, candidates=[broken, ORT_CPU])
+    assert selection.figures[0]["status"] == "failed" and "NO_SUCH_DEVICE" in selection.figures[0]["reason"]
+    assert selection.backend == ORT_CPU.name
+
+
+def test_precision_sets_tolerance(tmp_path: Path) -> None:
+    assert model_precision(conv_model(tmp_path / "fp32.onnx")) == "fp32"
+    assert model_precision(conv_model(tmp_path / "fp16.onnx", TensorProto.FLOAT16)) == "fp16"
+
+
+def test_real_model_with_reference_io(tmp_path: Path, hardware: Hardware) -> None:
+    folder = MODELS / "mnist8-modelzoo"
+    if not folder.exists():
+        pytest.skip(f"shared models not present at {MODELS}")
+    ref = np.load(folder / "reference_io_ort.npz")
+    selection = select(
+        folder / "mnist-8.onnx", hardware, tmp_path,
+        golden={"Input3": ref["input"]}, expected={"Plus214_Output_0": ref["output"]},
+    )
+    assert {f["status"] for f in selection.figures} == {"ok"}
+    assert selection.to_dict()["precision"] == "fp32"
