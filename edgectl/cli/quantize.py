@@ -1,0 +1,68 @@
+"""`edgectl quantize`: target-aware quantization within an accuracy budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from agent.errors import UserError
+from edgectl.cli.app import app
+
+__all__ = ["quantize"]
+
+
+@app.command()
+def quantize(
+    model: Path = typer.Argument(..., help="FP32 ONNX model to quantize."),
+    target: str = typer.Option(..., "--target", "-t", help="Target profile name, e.g. jetson-orin, nnapi, cpu-x86."),
+    output: Path = typer.Option(..., "--output", "-o", help="Where to write the quantized model (written atomically)."),
+    mode: str = typer.Option("auto", "--mode", "-m",
+                             help="int8 (static QDQ), dynamic, fp16, or auto (the target's precision policy; "
+                                  "on CPU targets the fastest variant within the budget)."),
+    calib: Optional[Path] = typer.Option(None, "--calib",
+                                         help="Folder of calibration samples: .npy/.npz (keys = input names) "
+                                              "or JPEG/PNG images (see --preprocess)."),
+    calib_synthetic: int = typer.Option(0, "--calib-synthetic", min=0,
+                                        help="Calibrate on N random samples instead (accuracy then unknown)."),
+    preprocess: Optional[Path] = typer.Option(None, "--preprocess",
+                                              help="YAML with image preprocessing per input (resize, "
+                                                   "channel_order, mean, std, layout)."),
+    method: str = typer.Option("minmax", "--method", help="Calibration method: minmax, entropy or percentile."),
+    eval_dir: Optional[Path] = typer.Option(None, "--eval",
+                                            help="Held-out samples (same formats as --calib), with optional "
+                                                 "labels.txt/labels.npy; without labels the float model's "
+                                                 "outputs are the reference."),
+    max_drop: float = typer.Option(1.0, "--max-drop", min=0.0,
+                                   help="Accuracy budget in points of the metric (top-1, agreement, cosine*100)."),
+    fp16_io: bool = typer.Option(False, "--fp16-io", help="With fp16, convert graph inputs/outputs to fp16 too."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Also write an HTML report with a per-node error plot."),
+    json_out: bool = typer.Option(False, "--json", help="Print the JSON report instead of the table."),
+    no_measure: bool = typer.Option(False, "--no-measure", help="Skip the latency measurement."),
+) -> None:
+    """Quantize MODEL in the format TARGET needs, within --max-drop; writes OUT and OUT.quant.json."""
+    from quantize import Mode, QuantizeRequest, run_quantize  # heavy imports only when the command runs
+
+    try:
+        chosen_mode = Mode(mode)
+    except ValueError:
+        raise UserError(f"--mode {mode!r}: use one of {', '.join(m.value for m in Mode)}") from None
+    if calib is not None and calib_synthetic:
+        raise UserError("give either --calib DIR or --calib-synthetic N, not both")
+    request = QuantizeRequest(
+        model=model, target=target, output=output, mode=chosen_mode, calib_dir=calib,
+        calib_synthetic=calib_synthetic, preprocess=preprocess, method=method, eval_dir=eval_dir,
+        max_drop=max_drop, fp16_io=fp16_io, measure=not no_measure, per_node_errors=report is not None,
+    )
+    console = Console(stderr=True)
+    result = run_quantize(request, console)
+    result.write(output, output.with_suffix(".quant.json"), report)
+    if json_out:
+        typer.echo(result.to_json())
+        return
+    Console().print(result.table())
+    for note in result.data["notes"]:
+        console.print(f"note: {note}")
+    console.print(f"wrote {output} and {output.with_suffix('.quant.json')}" + (f" and {report}" if report else ""))

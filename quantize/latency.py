@@ -1,0 +1,83 @@
+"""Median latency of model variants on this host, onnxruntime and OpenVINO, measured in one interleaved run."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from quantize.samples import cast_to_inputs
+
+__all__ = ["Latency", "measure_latency"]
+
+Latency = dict[str, dict[str, float | None]]  # variant -> {"ort_ms": .., "openvino_ms": ..}
+Runner = Callable[[], object]
+
+
+def measure_latency(variants: dict[str, onnx.ModelProto], feeds: dict[str, np.ndarray],
+                    rounds: int = 5, runs_per_round: int = 6) -> tuple[Latency, list[str]]:
+    """Median milliseconds per inference for each variant and runtime, plus notes on what could not run.
+
+    Rounds alternate between variants so drift on a shared machine hits them all alike.
+    """
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="edgectl-lat-") as tmp:
+        runners: dict[tuple[str, str], Runner] = {}
+        for name, model in variants.items():
+            path = Path(tmp) / f"{name}.onnx"
+            onnx.save(model, path)
+            typed = cast_to_inputs(model, feeds)
+            runners[(name, "ort_ms")] = _ort_runner(path, typed)
+            try:
+                runners[(name, "openvino_ms")] = _openvino_runner(path, typed)
+            except Exception as exc:  # OpenVINO is optional for the result; say why it is missing
+                notes.append(f"OpenVINO cannot run {name}: {_reason(exc)}")
+        times = _interleaved(runners, rounds, runs_per_round)
+    result: Latency = {name: {"ort_ms": None, "openvino_ms": None} for name in variants}
+    for (name, runtime), samples in times.items():
+        result[name][runtime] = round(statistics.median(samples) * 1000.0, 4)
+    return result, notes
+
+
+def _reason(exc: Exception) -> str:
+    # OpenVINO's first line is a source location; the reason is in the following lines.
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and "src/" not in line]
+    return (" ".join(lines[:2]) or type(exc).__name__)[:200]
+
+
+def _interleaved(runners: dict[tuple[str, str], Runner], rounds: int, runs: int) -> dict[tuple[str, str], list[float]]:
+    for run in runners.values():
+        for _ in range(3):  # warm-up: first runs allocate and tune
+            run()
+    times: dict[tuple[str, str], list[float]] = {key: [] for key in runners}
+    for _ in range(rounds):
+        for key, run in runners.items():
+            for _ in range(runs):
+                start = time.perf_counter()
+                run()
+                times[key].append(time.perf_counter() - start)
+    return times
+
+
+def _ort_runner(path: Path, feeds: dict[str, np.ndarray]) -> Runner:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, feeds)
+
+
+def _openvino_runner(path: Path, feeds: dict[str, np.ndarray]) -> Runner:
+    import openvino as ov  # imported here: slow to import and only needed for latency
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(path)), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+    by_name = {port.get_any_name(): port for port in compiled.inputs}
+    inputs = {by_name[name]: value for name, value in feeds.items() if name in by_name}
+    return lambda: request.infer(inputs)

@@ -1,0 +1,43 @@
+"""Raise a model's opset before per-channel QDQ (DequantizeLinear `axis` needs opset 13)."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import version_converter
+
+from agent.errors import ModelError
+
+__all__ = ["PER_CHANNEL_OPSET", "QDQ_OPSET", "default_opset", "upgrade_opset"]
+
+PER_CHANNEL_OPSET = 13  # DequantizeLinear gained `axis` in opset 13
+QDQ_OPSET = 10  # QuantizeLinear/DequantizeLinear exist from opset 10
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The version of the default (ai.onnx) domain the model imports."""
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 1
+
+
+def upgrade_opset(model: onnx.ModelProto, minimum: int) -> tuple[onnx.ModelProto, str | None]:
+    """Return the model at opset >= minimum and a note of what was done; ModelError when impossible."""
+    current = default_opset(model)
+    if current >= minimum:
+        return model, None
+    try:
+        converted = version_converter.convert_version(model, minimum)
+        onnx.checker.check_model(converted)
+        converted = onnx.shape_inference.infer_shapes(converted)
+    except Exception as exc:  # onnx raises RuntimeError/ValidationError/ConvertError alike
+        raise ModelError(f"cannot raise opset {current} -> {minimum}: {_why(model, exc)}") from exc
+    return converted, f"opset raised {current} -> {minimum} with onnx.version_converter"
+
+
+def _why(model: onnx.ModelProto, exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    # Upsample was removed in opset 10 and the converter has no adapter to Resize.
+    if any(node.op_type == "Upsample" for node in model.graph.node):
+        return f"the model uses Upsample, which onnx.version_converter cannot convert ({text})"
+    return text

@@ -1,0 +1,127 @@
+"""Produce one model variant with onnxruntime's quantization tooling or onnx float16 conversion."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import onnx
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType
+from onnxruntime.quantization import quantize_dynamic, quantize_static
+from onnxruntime.quantization.shape_inference import quant_pre_process
+from onnxruntime.transformers.float16 import convert_float_to_float16
+
+from agent.errors import ModelError
+from quantize.calibration import stride_for
+from quantize.recipe import Family, Recipe
+
+__all__ = ["convert_fp16", "name_nodes", "prepare", "quantize_dynamic_weights", "quantize_int8"]
+
+log = logging.getLogger(__name__)
+
+
+def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Give every unnamed node a stable name, so nodes can be kept in float by name."""
+    used = {node.name for node in model.graph.node if node.name}
+    for index, node in enumerate(model.graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{index}"
+            while name in used:
+                name += "_"
+            node.name = name
+            used.add(name)
+    return model
+
+
+def prepare(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
+    """onnxruntime's recommended pre-processing (shape inference, basic fusions); a note if skipped."""
+    with tempfile.TemporaryDirectory(prefix="edgectl-prep-") as tmp:
+        src, dst = Path(tmp) / "in.onnx", Path(tmp) / "out.onnx"
+        onnx.save(model, src)
+        try:
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=True)  # symbolic needs sympy
+            return name_nodes(onnx.load(dst)), None
+        except Exception as exc:  # the pre-processing is an optimisation; quantizing still works without it
+            log.debug("quant_pre_process failed", exc_info=True)
+            return model, f"onnxruntime quant_pre_process skipped: {str(exc).splitlines()[0][:120]}"
+
+
+def quantize_int8(model: onnx.ModelProto, recipe: Recipe, reader: CalibrationDataReader | None,
+                  method: CalibrationMethod, cache: Path, exclude: Iterable[str] = ()) -> onnx.ModelProto:
+    """Static QDQ quantization; the calibration ranges are computed once and reused from `cache`."""
+    extra: dict[str, object] = {
+        "ActivationSymmetric": recipe.symmetric_activations,
+        "WeightSymmetric": recipe.weight_type is QuantType.QInt8,
+        "QuantizeBias": recipe.quantize_bias,
+    }
+    if method is CalibrationMethod.MinMax and reader is not None:
+        # Ranges merged every `stride` samples: memory stays flat in the sample count. (Not
+        # CalibMaxIntermediateOutputs: onnxruntime 1.31 drops the buffered outputs without using them.)
+        extra["CalibStridedMinMax"] = stride_for(len(reader))
+    if recipe.family is Family.QNN:
+        extra["MinimumRealRange"] = 1e-4  # QNN rejects scales from near-zero ranges
+    with tempfile.TemporaryDirectory(prefix="edgectl-q-") as tmp, _quiet_root_logger():
+        src, out = Path(tmp) / "float.onnx", Path(tmp) / "q.onnx"
+        onnx.save(model, src)  # a path, not a ModelProto: ORT's in-memory path mishandles external data
+        kwargs = dict(
+            quant_format=QuantFormat.QDQ, op_types_to_quantize=list(recipe.op_types or []) or None,
+            per_channel=recipe.per_channel, reduce_range=recipe.reduce_range,
+            activation_type=recipe.activation_type, weight_type=recipe.weight_type,
+            nodes_to_exclude=sorted(exclude), calibrate_method=method, calibration_cache_path=cache,
+        )
+        try:
+            try:
+                quantize_static(src, out, reader if not cache.is_file() else None, extra_options=extra, **kwargs)
+            except ValueError as exc:
+                if "truth value" not in str(exc):
+                    raise
+                # onnxruntime 1.31 crashes adjusting weight scales for int32 biases when a bias is
+                # fused with a per-channel weight (Gemm from MatMul+Add); skip that adjustment.
+                extra["QDQDisableWeightAdjustForInt32Bias"] = True
+                quantize_static(src, out, None if cache.is_file() else reader, extra_options=extra, **kwargs)
+        except (ValueError, RuntimeError, KeyError, onnx.checker.ValidationError) as exc:
+            raise ModelError(f"onnxruntime quantize_static failed: {_first_line(exc)}") from exc
+        return onnx.load(out)
+
+
+def quantize_dynamic_weights(model: onnx.ModelProto, recipe: Recipe) -> onnx.ModelProto:
+    """Dynamic quantization: int8 weights, activations quantized at run time."""
+    with tempfile.TemporaryDirectory(prefix="edgectl-dq-") as tmp, _quiet_root_logger():
+        src, out = Path(tmp) / "float.onnx", Path(tmp) / "dq.onnx"
+        onnx.save(model, src)
+        try:
+            quantize_dynamic(src, out, per_channel=recipe.per_channel, reduce_range=recipe.reduce_range,
+                             weight_type=QuantType.QInt8)
+        except (ValueError, RuntimeError, KeyError) as exc:
+            raise ModelError(f"onnxruntime quantize_dynamic failed: {_first_line(exc)}") from exc
+        return onnx.load(out)
+
+
+def convert_fp16(model: onnx.ModelProto, recipe: Recipe) -> onnx.ModelProto:
+    """Float16 weights and compute; fp32 inputs and outputs unless the recipe says otherwise."""
+    try:
+        converted = convert_float_to_float16(model, keep_io_types=recipe.keep_io_types)
+    except (ValueError, RuntimeError) as exc:
+        raise ModelError(f"float16 conversion failed: {_first_line(exc)}") from exc
+    assert isinstance(converted, onnx.ModelProto)
+    return converted
+
+
+@contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """onnxruntime.quantization logs advice on the root logger; keep it out of the CLI unless --debug."""
+    root = logging.getLogger()
+    level = root.level
+    if level > logging.DEBUG:
+        root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,161 @@
+"""The quantization report: JSON for machines, a rich table for people, HTML with a per-node error plot."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import onnx
+from rich.table import Table
+
+from quantize.recipe import CpuFeatures
+from quantize.variants import Variant
+
+__all__ = ["QuantizeReport", "write_atomic"]
+
+
+@dataclass(frozen=True)
+class QuantizeReport:
+    """What was produced, how it measured against the float input, and why it was chosen."""
+
+    data: dict[str, Any]
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    model: onnx.ModelProto | None = None
+
+    @classmethod
+    def build(cls, request: Any, target: str, cpu: CpuFeatures, variants: list[Variant], chosen: Variant,
+              checks: dict[str, Any], latency: dict[str, Any], notes: list[str], eval_source: str,
+              input_size: int) -> QuantizeReport:
+        """Assemble the report from the run's parts."""
+        data = {
+            "schema": 1,
+            "model": str(request.model),
+            "output": str(request.output),
+            "target": target,
+            "mode": request.mode.value,
+            "chosen": chosen.name,
+            "host_cpu": {"x86": cpu.x86, "vnni": cpu.vnni},
+            "calibration": {"method": request.method, "synthetic": request.calib_synthetic or None,
+                            "dir": str(request.calib_dir) if request.calib_dir else None},
+            "eval": eval_source,
+            "max_drop": request.max_drop,
+            "input_size_bytes": input_size,
+            "variants": [_variant(v, checks.get(v.name), latency.get(v.name, {}), input_size) for v in variants],
+            "notes": notes,
+        }
+        return cls(data, [e.to_dict() for e in chosen.errors or _any_errors(variants)])
+
+    def with_model(self, model: onnx.ModelProto) -> QuantizeReport:
+        """The report carrying the model to write."""
+        return replace(self, model=model)
+
+    def to_json(self) -> str:
+        """The machine-readable report."""
+        return json.dumps({**self.data, "per_tensor_error": self.errors}, indent=2, sort_keys=False)
+
+    def table(self) -> Table:
+        """One row per variant: size, latency ratios, accuracy, nodes kept float, target verdict."""
+        table = Table(title=f"quantize {Path(self.data['model']).name} for {self.data['target']} "
+                            f"(chosen: {self.data['chosen']})")
+        metric = self.data["variants"][0]["accuracy"]["metric"]
+        for col in ("variant", "size", "ORT ms", "OV ms", metric, "drop", "float nodes", "target"):
+            table.add_column(col, justify="left" if col in ("variant", "target") else "right")
+        for v in self.data["variants"]:
+            mark = " *" if v["name"] == self.data["chosen"] else ""
+            table.add_row(v["name"] + mark, f"{_size(v['size_bytes'])} {v['size_ratio']:.2f}x",
+                          _ms(v, "ort_ms"), _ms(v, "openvino_ms"), f"{v['accuracy']['value']:.2f}",
+                          f"{v['accuracy']['drop']:.2f}", str(len(v["kept_float"])), _target(v))
+        return table
+
+    def html(self) -> str:
+        """A standalone page: the JSON figures and an inline-SVG plot of per-tensor SQNR."""
+        title = html.escape(f"edgectl quantize: {Path(self.data['model']).name} for {self.data['target']}")
+        return (f"<!doctype html><meta charset=utf-8><title>{title}</title><h1>{title}</h1>"
+                f"<h2>Per-tensor quantization error (SQNR, dB; lower is worse)</h2>{_svg(self.errors)}"
+                f"<h2>Report</h2><pre>{html.escape(self.to_json())}</pre>")
+
+    def write(self, output: Path, json_path: Path, html_path: Path | None) -> None:
+        """Write the model, then the reports, each atomically."""
+        assert self.model is not None
+        write_atomic(output, self.model.SerializeToString())
+        write_atomic(json_path, self.to_json().encode())
+        if html_path is not None:
+            write_atomic(html_path, self.html().encode())
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temp file beside `path`, fsync, rename: readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _variant(v: Variant, check: Any, latency: dict[str, Any], input_size: int) -> dict[str, Any]:
+    size = v.model.ByteSize()
+    return {
+        "name": v.name,
+        "recipe": v.recipe.to_dict(),
+        "size_bytes": size,
+        "size_ratio": round(size / max(input_size, 1), 4),
+        "latency": latency,
+        "accuracy": v.accuracy.to_dict(),
+        "kept_float": v.kept_float,
+        "accuracy_loop": v.history,
+        "target_check": check.to_dict() if check is not None else None,
+    }
+
+
+def _any_errors(variants: list[Variant]) -> list[Any]:
+    return next((v.errors for v in variants if v.errors), [])
+
+
+def _size(size: int) -> str:
+    return f"{size / 1e6:.1f}MB" if size >= 1e6 else f"{size / 1e3:.0f}kB"
+
+
+def _ms(v: dict[str, Any], key: str) -> str:
+    value = v["latency"].get(key)
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _target(v: dict[str, Any]) -> str:
+    check = v["target_check"]
+    if check is None:
+        return "-"
+    extra = "" if check["ok"] else f" (+{len(check['added_fallbacks'])} CPU)"
+    return f"{check['after']['verdict']}{extra}"
+
+
+def _svg(errors: list[dict[str, Any]]) -> str:
+    if not errors:
+        return "<p>No per-tensor errors (the accuracy loop did not run).</p>"
+    width, height, pad = max(400, 14 * len(errors)), 260, 30
+    top = max(max(e["xmodel_sqnr_db"], e["qdq_sqnr_db"]) for e in errors) or 1.0
+    step = (width - 2 * pad) / max(len(errors), 1)
+    bars, line = [], []
+    for i, e in enumerate(errors):
+        x = pad + i * step
+        h = max(e["qdq_sqnr_db"], 0) / top * (height - 2 * pad)
+        label = html.escape(f"{e['tensor']}: worst-channel {e['qdq_sqnr_db']} dB, vs float {e['xmodel_sqnr_db']} dB")
+        bars.append(f'<rect x="{x:.1f}" y="{height - pad - h:.1f}" width="{step * 0.8:.1f}" height="{h:.1f}" '
+                    f'fill="#4a90d9"><title>{label}</title></rect>')
+        y = height - pad - max(e["xmodel_sqnr_db"], 0) / top * (height - 2 * pad)
+        line.append(f"{x + step * 0.4:.1f},{y:.1f}")
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
+            f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>'
+            + "".join(bars) + f'<polyline points="{" ".join(line)}" fill="none" stroke="#d0021b"/>'
+            f'<text x="{pad}" y="16">bars: worst-channel SQNR of the tensor; red: SQNR vs float model '
+            f"(max {top:.0f} dB)</text></svg>")

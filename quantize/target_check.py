@@ -1,0 +1,79 @@
+"""Quantization must not add partitions or CPU fallbacks on the target: check with targets.analyse, then fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from quantize.rules import QUANT_OPS
+from quantize.variants import Variant, VariantBuilder
+
+__all__ = ["TargetCheck", "check_target"]
+
+_FIX_ROUNDS = 3
+
+
+@dataclass
+class TargetCheck:
+    """Target analysis of the float input and of the variant, and what was kept float to match."""
+
+    before: dict[str, Any]
+    after: dict[str, Any]
+    added_fallbacks: list[str] = field(default_factory=list)
+    kept_float: list[str] = field(default_factory=list)
+    fixed: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (full per-node analysis stays with `edgectl targets`)."""
+        return {"before": self.before, "after": self.after, "added_fallbacks": self.added_fallbacks,
+                "kept_float_for_target": self.kept_float, "ok": self.fixed}
+
+
+def check_target(float_model: onnx.ModelProto, variant: Variant, profile: Any, builder: VariantBuilder) -> TargetCheck:
+    """Analyse before and after; for INT8 keep offending nodes float until nothing new falls back."""
+    import targets  # host-only package
+
+    before = targets.analyse(float_model, profile)
+    on_accel = {n.name for n in before.nodes if n.accelerator}
+    check = TargetCheck(_summary(before), {})
+    for _ in range(_FIX_ROUNDS + 1):
+        after = targets.analyse(variant.model, profile)
+        check.after = _summary(after)
+        offending = _offending(after, on_accel) if profile.accelerator_providers else []
+        worse = after.accelerator_partitions > before.accelerator_partitions or bool(offending)
+        check.added_fallbacks = offending
+        if (not worse and after.verdict == before.verdict) or variant.recipe.precision != "int8":
+            check.fixed = not worse
+            return check
+        keep = _original_nodes(variant.model, offending) - set(variant.kept_float)
+        if not keep:
+            break
+        check.kept_float += sorted(keep)
+        builder.rebuild(variant, set(variant.kept_float) | keep)
+    check.fixed = False
+    return check
+
+
+def _summary(analysis: Any) -> dict[str, Any]:
+    cpu_nodes = [n.name for n in analysis.nodes if not n.accelerator]
+    return {"verdict": analysis.verdict, "reason": analysis.reason,
+            "accelerator_partitions": analysis.accelerator_partitions,
+            "accelerator_node_share": round(analysis.accelerator_node_share, 4), "cpu_nodes": len(cpu_nodes)}
+
+
+def _offending(after: Any, on_accel_before: set[str]) -> list[str]:
+    """Nodes on the CPU now: QDQ nodes inserted there, or float nodes that left the accelerator."""
+    return [n.name for n in after.nodes
+            if not n.accelerator and (n.op_type in QUANT_OPS or n.name in on_accel_before)]
+
+
+def _original_nodes(model: onnx.ModelProto, names: list[str]) -> set[str]:
+    """The float-model nodes around the offending ones (QDQ nodes map to what they feed or read)."""
+    wanted = set(names)
+    nodes = list(model.graph.node)
+    tensors = {t for n in nodes if n.name in wanted for t in list(n.input) + list(n.output)}
+    originals = {n.name for n in nodes if n.name in wanted and n.op_type not in QUANT_OPS}
+    originals |= {n.name for n in nodes if n.op_type not in QUANT_OPS and tensors & set(list(n.input) + list(n.output))}
+    return originals
