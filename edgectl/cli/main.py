@@ -13,9 +13,11 @@ from agent.errors import EdgeError, InternalError
 from edgectl.cli.app import app
 
 # Command modules register themselves on `app` when imported.
+from edgectl.cli import analysis  # noqa: F401  (targets, inspect, partition)
 from edgectl.cli import broker  # noqa: F401  (broker)
 from edgectl.cli import fleet  # noqa: F401  (deploy, devices)
 from edgectl.cli import packages  # noqa: F401  (keys, build, verify)
+from edgectl.cli import quantize  # noqa: F401  (quantize)
 from edgectl.cli import security  # noqa: F401  (pki, device enroll|revoke, broker config)
 
 __all__ = ["main"]
