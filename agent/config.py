@@ -47,6 +47,7 @@ class DeploySettings:
     health_max_latency_ms: Optional[float] = None
     selection_budget_s: float = 3.0
     max_restarts_per_state: int = 3
+    download_quota_bytes: Optional[int] = None  # cap on bytes a download may write (a small-disk seam)
 
 
 @dataclass(frozen=True)

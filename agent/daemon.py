@@ -14,7 +14,6 @@ import queue
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from agent import __version__
@@ -24,17 +23,18 @@ from agent.deploy.ledger import Ledger
 from agent.deploy.machine import Deployment, Machine, State
 from agent.deploy.slots import Slots
 from agent.deploy.steps import Steps
+from agent.deploy.trust import TrustStore, is_rotation
 from agent.errors import EdgeError, ProtocolError
 from agent.hardware import probe_hardware
 from agent.model_host import ModelHost
 from agent.protocol import topics
-from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, MANIFEST_TYPE, TrustedKeys
+from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, MANIFEST_TYPE
 from agent.protocol.manifest import Manifest
 from agent.protocol.messages import (
     Command, DesiredState, DeviceEvent, Presence, check_addressed, verify_signed,
 )
 from agent.protocol.schema import encode_json
-from agent.runtimes import runtime_versions
+from agent.backends import runtime_versions
 from agent.serving import InferenceServer, ModelRegistry
 from agent.telemetry import device_metrics
 from agent.tls import tls_context
@@ -66,9 +66,11 @@ class Agent:
         self.ledger = Ledger(self.state_dir)
         self.host = ModelHost(self.slots, self.registry, self.hardware, self.state_dir / "selection",
                               config.deploy.selection_budget_s)
-        self.package_keys = TrustedKeys.from_pems([p.read_text() for p in config.trust.packages])
         controller_pems = config.trust.controllers or config.trust.packages
-        self.controller_keys = TrustedKeys.from_pems([p.read_text() for p in controller_pems])
+        # Pinned keys plus rotations accepted since (signed by a key trusted at the time).
+        self.trust = TrustStore(self.state_dir, [p.read_text() for p in config.trust.packages],
+                                [p.read_text() for p in controller_pems])
+        self.package_keys, self.controller_keys = self.trust.keys("package"), self.trust.keys("controller")
         self.transport = MqttTransport(
             config.broker, f"edge-agent-{self.id}", inbox=self.inbox,
             tls_context=tls_context(config.tls.ca, config.tls.cert, config.tls.key) if config.tls.ca else None,
@@ -156,7 +158,7 @@ class Agent:
             if leaf.device_id != self.id or leaf.leaf not in ("desired", "commands"):
                 raise ProtocolError(f"unexpected topic {message.topic!r}")
             if leaf.leaf == "desired":
-                self._on_desired(message.payload)
+                self._on_desired(message.payload, message.retain)
             else:
                 self._on_command(message.payload)
         except EdgeError as exc:
@@ -174,10 +176,11 @@ class Agent:
         if topic.endswith("/desired") or topic.endswith("/commands"):
             self._event("none", "rejected", "rejected", str(exc))
 
-    def _on_desired(self, raw: bytes) -> None:
+    def _on_desired(self, raw: bytes, retained: bool) -> None:
         desired = DesiredState.from_payload(verify_signed(raw, self.controller_keys, DESIRED_TYPE))
-        if desired.seq <= self.ledger.last_seq and desired.device_id == self.id:
-            log.debug("ignoring desired state seq %d: already handled", desired.seq)
+        if retained and desired.seq <= self.ledger.last_seq and desired.device_id == self.id:
+            # The broker hands back the retained desired state on every (re)connect: already handled.
+            log.debug("ignoring retained desired state seq %d: already handled", desired.seq)
             return
         check_addressed(desired, self.id, self.ledger.last_seq)
         self.ledger.accept_seq(desired.seq)
@@ -198,6 +201,11 @@ class Agent:
         self._pending.put(deployment)
 
     def _on_command(self, raw: bytes) -> None:
+        if is_rotation(raw):
+            rotation = self.trust.apply(raw)
+            self.package_keys, self.controller_keys = self.trust.keys("package"), self.trust.keys("controller")
+            self._event("none", "key-rotation", "ok", f"{rotation.role} keys now {', '.join(self.trust.keys(rotation.role).ids())}")
+            return
         command = Command.from_payload(verify_signed(raw, self.controller_keys, COMMAND_TYPE))
         check_addressed(command, self.id, self.ledger.last_seq)
         self.ledger.accept_seq(command.seq)
@@ -243,6 +251,8 @@ class Agent:
         self._event(deployment.deployment_id, deployment.state.value, status, deployment.reason, data)
         if deployment.state in (State.DONE, State.HEALTH):
             self._publish_state()
+        if deployment.state is State.DONE:
+            self._publish_telemetry()  # the backend and model changed: report it now, not at the next tick
 
     def _event(self, deployment_id: str, state: str, status: str, detail: str, data: Optional[dict[str, Any]] = None) -> None:
         event = DeviceEvent(self.id, deployment_id, state, status, detail, time.time(), data or {})

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +56,9 @@ def build_package(model_path: Path, options: BuildOptions, key: Ed25519PrivateKe
     with tempfile.TemporaryDirectory(prefix="edgepkg-") as tmp:
         work = Path(tmp)
         inputs, outputs = _write_golden(model_path, work / GOLDEN_FILE, options.golden_samples)
-        files = {MODEL_FILE: model_path, GOLDEN_FILE: work / GOLDEN_FILE}
+        files = {MODEL_FILE: model_path}
+        if options.golden_samples > 0:  # 0: no smoke test (outputs that cannot be recorded, e.g. random)
+            files[GOLDEN_FILE] = work / GOLDEN_FILE
         entries = tuple(
             FileEntry(name, path.stat().st_size, sha256_file(path), "model" if name == MODEL_FILE else "golden")
             for name, path in files.items()
@@ -71,7 +72,8 @@ def build_package(model_path: Path, options: BuildOptions, key: Ed25519PrivateKe
             expires_at=now + options.valid_days * 86400, min_agent_version=__version__,
             target=options.target,
             payload=PayloadInfo(payload.stat().st_size, whole, options.chunk_size, tuple(chunks)),
-            files=entries, model=MODEL_FILE, inputs=inputs, outputs=outputs, golden=GOLDEN_FILE,
+            files=entries, model=MODEL_FILE, inputs=inputs, outputs=outputs,
+            golden=GOLDEN_FILE if GOLDEN_FILE in files else None,
             health=options.health, reports=options.reports,
         )
         envelope = sign(MANIFEST_TYPE, manifest.to_bytes(), key)
@@ -111,6 +113,9 @@ def _write_golden(model_path: Path, out: Path, samples: int) -> tuple[tuple[Tens
     except Exception as exc:  # onnxruntime raises its own types for unloadable models
         raise ModelError(f"{model_path}: onnxruntime cannot load the model: {str(exc).splitlines()[0]}") from exc
     rng = np.random.default_rng(20261121)
+    sig = lambda items: tuple(TensorSignature(i.name, _np_dtype(i.type), tuple(i.shape)) for i in items)  # noqa: E731
+    if samples <= 0:
+        return sig(session.get_inputs()), sig(session.get_outputs())
     feeds = {i.name: _sample(i.type, i.shape, samples, rng, i.name) for i in session.get_inputs()}
     results = session.run(None, feeds)
     arrays: dict[str, np.ndarray] = {f"input:{k}": v for k, v in feeds.items()}
@@ -120,7 +125,6 @@ def _write_golden(model_path: Path, out: Path, samples: int) -> tuple[tuple[Tens
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     out.write_bytes(buf.getvalue())
-    sig = lambda items: tuple(TensorSignature(i.name, _np_dtype(i.type), tuple(i.shape)) for i in items)  # noqa: E731
     return sig(session.get_inputs()), sig(session.get_outputs())
 
 

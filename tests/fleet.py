@@ -98,10 +98,16 @@ class AgentProcess:
         config = self.write_config()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env_extra}
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "agent.cli.main", "run", "--config", str(config)],
-                                            stdout=out, stderr=subprocess.STDOUT, env=env)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "agent.cli.main", "run", "--config", str(config), *self.extra_args()],
+                stdout=out, stderr=subprocess.STDOUT, env=env,
+            )
         wait_for(self.ready, 60, f"{self.device_id}'s inference API")
         return self
+
+    def extra_args(self) -> list[str]:
+        """Command-line arguments added after ``run --config FILE`` (a seam for test hooks)."""
+        return []
 
     def ready(self) -> bool:
         if self.process is not None and self.process.poll() is not None:

@@ -60,7 +60,7 @@ def run(
     http_port: Optional[int] = typer.Option(None, "--http-port", help="Overrides inference.port (0: any free port)."),
     set_: list[str] = typer.Option([], "--set", help="Override any key: --set deploy.health_runs=50 (repeatable)."),
     pause_in_state: Optional[str] = typer.Option(
-        None, "--pause-in-state", envvar="EDGE_AGENT_TEST_PAUSE_IN", hidden=True,
+        None, "--pause-in-state", hidden=True,
         help="Test hook: stop in this update state after saving it.",
     ),
 ) -> None:

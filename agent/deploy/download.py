@@ -12,7 +12,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from agent.errors import OperationFailed
 from agent.protocol.chunks import to_ranges
@@ -31,8 +31,11 @@ def disk_free(path: Path) -> int:
 class Download:
     """The chunks of one payload landing in ``<dir>/<sha256>.part``."""
 
-    def __init__(self, directory: Path, payload: PayloadInfo, free_bytes: Callable[[Path], int] = disk_free) -> None:
+    def __init__(self, directory: Path, payload: PayloadInfo, free_bytes: Callable[[Path], int] = disk_free,
+                 quota_bytes: Optional[int] = None) -> None:
         self.payload = payload
+        # Bytes this download may write, like a filesystem that small (tests use it as a disk-full seam).
+        self.quota_bytes = quota_bytes
         self.part = directory / f"{payload.sha256}.part"
         self.done_path = directory / f"{payload.sha256}.payload"
         directory.mkdir(parents=True, exist_ok=True)
@@ -80,7 +83,8 @@ class Download:
         """Store chunk ``index`` if it is new and matches its signed hash; duplicates are harmless."""
         if index in self.have or self.done_path.exists():
             return False
-        if not 0 <= index < len(self.payload.chunks) or len(data) > self.payload.chunk_size:
+        if not 0 <= index < len(self.payload.chunks) or len(data) != self.chunk_length(index):
+            # More bytes than the signed manifest promises is an endless-data attack, fewer a torn chunk.
             self.rejected += 1
             return False
         if hashlib.sha256(data).hexdigest() != self.payload.chunks[index]:
@@ -90,7 +94,13 @@ class Download:
         self.have.add(index)
         return True
 
+    def chunk_length(self, index: int) -> int:
+        """The exact size of chunk ``index`` that the signed manifest implies."""
+        return min(self.payload.chunk_size, self.payload.size - index * self.payload.chunk_size)
+
     def _write(self, index: int, data: bytes) -> None:
+        if self.quota_bytes is not None and sum(map(self.chunk_length, self.have)) + len(data) > self.quota_bytes:
+            raise OSError(errno.ENOSPC, f"download quota of {self.quota_bytes} bytes reached")
         with self.part.open("r+b") as f:
             f.seek(index * self.payload.chunk_size)
             f.write(data)

@@ -47,8 +47,12 @@ class ChunkFetcher:
                 self.late_chunks += 1
                 return
             try:
+                rejected = download.rejected
                 if download.accept(index, data):
                     self._cond.notify_all()
+                elif download.rejected > rejected:
+                    log.warning("dropped chunk %d of artifact %s: %d bytes, hash or size does not match the signed"
+                                " manifest; it will be asked for again", index, artifact_id[:12], len(data))
             except EdgeError as exc:
                 self._error = exc
                 self._cond.notify_all()
@@ -83,7 +87,8 @@ class ChunkFetcher:
                 missing = download.missing()
             if time.monotonic() > deadline:
                 download.discard()
-                raise OperationFailed(f"download did not complete within {self.deadline_s:.0f}s")
+                raise OperationFailed(f"download did not complete within {self.deadline_s:.0f}s"
+                                      f" ({download.rejected} chunk(s) dropped: hash or size not as signed)")
             self._request(download, missing)
             self._wait_for_progress(download)
 

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+
 
 __all__ = ["StageResult", "stage_in_child"]
 

@@ -80,7 +80,8 @@ class Steps:
         if problem:
             return self._fail(deployment, problem)
         try:
-            self.fetch(Download(self.downloads, deployment.manifest.payload))
+            self.fetch(Download(self.downloads, deployment.manifest.payload,
+                                quota_bytes=self.settings.download_quota_bytes))
         except EdgeError as exc:
             return self._fail(deployment, f"download: {exc}")
         return Event.SUCCESS

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from agent.errors import UserError
-from agent.protocol.envelope import TrustedKeys, load_public_key
+from agent.deploy.trust import KeyRotation
+from agent.protocol.envelope import TrustedKeys, key_id, load_public_key
 from agent.protocol.manifest import TargetInfo
 from edgectl.cli.app import app
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.keys import ROLES, Keyring
 from edgectl.package import BuildOptions, build_package, read_package
+from edgectl.sequence import next_sequence
 
 keys_app = typer.Typer(help="Manage the ed25519 keys that sign packages and controller messages.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
@@ -56,9 +59,43 @@ def keys_export(
 
 
 @keys_app.command("rotate")
-def keys_rotate(role: str = typer.Argument("package", help="package or controller.")) -> None:
-    """Make a new active key for ROLE; the old one stays listed (see docs/security.md)."""
-    console.print(f"new active {role} key {Keyring().rotate(role)}")
+def keys_rotate(
+    ctx: typer.Context,
+    role: str = typer.Argument("package", help="package or controller."),
+    device: list[str] = typer.Option([], "--device", "-d", help="Send the rotation to this device now (repeatable)."),
+    retire_old: bool = typer.Option(False, "--retire-old", help="Devices stop trusting the old key once they accept."),
+) -> None:
+    """Make a new active key for ROLE and a rotation statement signed by the old one (see docs/packages.md)."""
+    ring = Keyring()
+    old = ring.signing_key(role)
+    kid = ring.rotate(role)
+    retire = (key_id(old.public_key()),) if retire_old else ()
+    rotation = KeyRotation(role, next_sequence(), time.time(), (ring.public_pem(role, kid),), retire)
+    out = ring.root / role / f"rotation-{kid}.json"
+    out.write_bytes(rotation.sign(old).to_bytes())
+    console.print(f"new active {role} key {kid}; rotation signed by {key_id(old.public_key())} in {out}")
+    if device:
+        _send_rotation(ctx, out.read_bytes(), device)
+
+
+def _send_rotation(ctx: typer.Context, envelope: bytes, devices: list[str]) -> None:
+    """Publish a rotation on each device's commands topic; devices offline now need it sent again."""
+    import queue
+
+    from agent.protocol import topics
+    from edgectl.cli.app import options
+    from edgectl.config import load_edgectl_config
+    from edgectl.connection import open_transport
+
+    opts = options(ctx)
+    transport = open_transport(opts.broker, load_edgectl_config(opts.config), queue.Queue())
+    try:
+        for d in devices:
+            if not transport.publish(topics.device(d, "commands"), envelope, qos=1, wait=10.0):
+                raise UserError(f"the broker did not acknowledge the rotation for {d}")
+            console.print(f"sent rotation to {d}")
+    finally:
+        transport.close()
 
 
 @app.command()
@@ -91,7 +128,7 @@ def _target_info(name: str) -> TargetInfo:
     from targets import load_profile  # host-only: profiles and their providers
 
     profile = load_profile(name)
-    return TargetInfo(profile.name, tuple(ep.name for ep in profile.execution_providers), tuple(profile.device_classes))
+    return TargetInfo(profile.name, tuple(ep.name for ep in profile.execution_providers))
 
 
 @app.command()
