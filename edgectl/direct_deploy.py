@@ -11,20 +11,20 @@ import queue
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.errors import EdgeError
 from agent.protocol import topics
-from agent.protocol.envelope import DESIRED_TYPE, sign
-from agent.protocol.messages import DesiredModel, DesiredState, DeviceEvent
+from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, sign
+from agent.protocol.messages import Command, DesiredModel, DesiredState, DeviceEvent
 from agent.transport import Message, MqttTransport
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from edgectl.package import Package
 from edgectl.sequence import next_sequence
 
-__all__ = ["DeviceProgress", "deploy_to_devices", "new_deployment_id"]
+__all__ = ["DeviceProgress", "deploy_to_devices", "new_deployment_id", "publish_desired", "signed_command", "signed_desired"]
 
 TERMINAL = ("ok", "failed", "rolled-back", "rejected")
 DESIRED_VALIDITY_S = 7 * 86400
@@ -48,17 +48,29 @@ class DeviceProgress:
         return self.status in TERMINAL
 
 
-def publish_desired(transport: MqttTransport, key: Ed25519PrivateKey, device_id: str, deployment_id: str,
-                    package: Package, allow_downgrade: bool = False) -> None:
+def signed_desired(key: Ed25519PrivateKey, device_id: str, deployment_id: str, package: Optional[Package],
+                   allow_downgrade: bool = False) -> bytes:
+    """A signed desired state for one device; ``package`` None means: keep what you have."""
     now = time.time()
+    model = None if package is None else DesiredModel(package.manifest.name, package.manifest.version, package.envelope)
     desired = DesiredState(
         device_id=device_id, seq=next_sequence(), issued_at=now, expires_at=now + DESIRED_VALIDITY_S,
-        deployment_id=deployment_id,
-        model=DesiredModel(package.manifest.name, package.manifest.version, package.envelope),
-        options={"allow_downgrade": allow_downgrade},
+        deployment_id=deployment_id, model=model, options={"allow_downgrade": allow_downgrade},
     )
-    envelope = sign(DESIRED_TYPE, desired.to_payload(), key)
-    if not transport.publish(topics.device(device_id, "desired"), envelope.to_bytes(), qos=1, retain=True, wait=10.0):
+    return sign(DESIRED_TYPE, desired.to_payload(), key).to_bytes()
+
+
+def signed_command(key: Ed25519PrivateKey, device_id: str, command: str, args: dict[str, Any]) -> bytes:
+    """A signed one-off command (rollback, remeasure, report) for one device."""
+    now = time.time()
+    message = Command(device_id, next_sequence(), now, now + DESIRED_VALIDITY_S, command, args)
+    return sign(COMMAND_TYPE, message.to_payload(), key).to_bytes()
+
+
+def publish_desired(transport: MqttTransport, key: Ed25519PrivateKey, device_id: str, deployment_id: str,
+                    package: Package, allow_downgrade: bool = False) -> None:
+    envelope = signed_desired(key, device_id, deployment_id, package, allow_downgrade)
+    if not transport.publish(topics.device(device_id, "desired"), envelope, qos=1, retain=True, wait=10.0):
         raise EdgeError(f"the broker did not acknowledge the desired state for {device_id}")
 
 

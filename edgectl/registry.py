@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import time
 from dataclasses import dataclass, field
@@ -10,10 +11,14 @@ from typing import Any, Optional
 
 from agent.errors import EdgeError
 from agent.protocol import topics
-from agent.protocol.messages import Presence, device_json
+from agent.protocol.messages import DeviceEvent, Presence, device_json
 from agent.transport import Message, MqttTransport
+from edgectl.controller.store import DeviceRow, SqliteStore
 
-__all__ = ["DeviceRecord", "collect_devices"]
+__all__ = ["DeviceRecord", "Ingest", "collect_devices"]
+
+# Latency history keeps one telemetry point per device per this many seconds.
+LATENCY_EVERY_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,10 @@ class DeviceRecord:
             data = device_json(payload, leaf)
             setattr(self, leaf, data)
             self.last_seen = max(self.last_seen or 0, float(data.get("ts") or 0))
+
+    @classmethod
+    def from_row(cls, row: "DeviceRow") -> "DeviceRecord":
+        return cls(row.id, row.online, row.last_seen, row.birth, row.state)
 
     def to_dict(self) -> dict[str, Any]:
         active = self.state.get("active") or {}
@@ -71,3 +80,49 @@ def collect_devices(transport: MqttTransport, inbox: "queue.Queue[Message]", set
         except EdgeError as exc:
             log.warning("ignored %s: %s", message.topic, exc)
     return devices
+
+
+class Ingest:
+    """Writes what devices publish into the controller's store; returns events for the rollouts."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store = store
+        self._latency_at: dict[str, float] = {}
+
+    def apply(self, message: Message) -> Optional[tuple[str, Any]]:
+        """Store one device message; return ("event", DeviceEvent) or ("state", (id, state)) for rollouts."""
+        parsed = topics.parse_device_topic(message.topic)
+        device_id, leaf, now = parsed.device_id, parsed.leaf, time.time()
+        if leaf == "presence":
+            presence = Presence.from_payload(message.payload)
+            self.store.upsert_device(device_id, online=int(presence.online), last_seen=max(presence.ts, now if presence.online else 0))
+        elif leaf == "birth":
+            self.store.upsert_device(device_id, birth=device_json(message.payload, leaf), last_seen=now)
+        elif leaf == "state":
+            state = device_json(message.payload, leaf)
+            self.store.upsert_device(device_id, state=state, last_seen=now)
+            return "state", (device_id, state)
+        elif leaf == "telemetry":
+            self._telemetry(device_id, device_json(message.payload, leaf), now)
+        elif leaf == "events":
+            event = DeviceEvent.from_payload(message.payload)
+            self.store.add_event(device_id, event.ts, event.deployment_id, event.state, event.status, event.detail, event.data)
+            self.store.upsert_device(device_id, last_seen=now)
+            return "event", event
+        return None
+
+    def _telemetry(self, device_id: str, report: dict[str, Any], now: float) -> None:
+        self.store.upsert_device(device_id, telemetry=report, telemetry_ts=now, last_seen=now, online=1)
+        if now - self._latency_at.get(device_id, 0.0) < LATENCY_EVERY_S:
+            return
+        self._latency_at[device_id] = now
+        models = report.get("models")
+        for name, stats in (models.items() if isinstance(models, dict) else ()):
+            latency = stats.get("latency_ms") if isinstance(stats, dict) else None
+            p95 = latency.get("p95") if isinstance(latency, dict) else None
+            if _finite_number(p95) and str(stats.get("version", "")).isdigit():
+                self.store.add_latency(device_id, name, int(stats["version"]), float(p95), "telemetry", now)
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

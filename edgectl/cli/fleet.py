@@ -6,7 +6,7 @@ import queue
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
@@ -24,7 +24,10 @@ from edgectl.connection import open_transport
 from edgectl.direct_deploy import DeviceProgress, deploy_to_devices
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
-from edgectl.registry import collect_devices
+from edgectl.controller.selector import parse_selector
+from edgectl.controller.store import SqliteStore
+from edgectl.controller.submit import default_store_path
+from edgectl.registry import DeviceRecord, collect_devices
 
 STEPS = ("download", "verify", "stage", "activate", "health", "commit")
 
@@ -45,17 +48,36 @@ def _package(path: Path, name: Optional[str], version: Optional[int], workdir: P
 @app.command()
 def deploy(
     ctx: typer.Context,
-    artifact: Path = typer.Argument(..., exists=True, dir_okay=False, help="MODEL.onnx (built and signed here) or PKG.edgepkg."),
-    device: list[str] = typer.Option(..., "--device", "-d", help="Device id to deploy to (repeatable)."),
+    artifacts: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="MODEL.onnx (built and signed here) or PKG.edgepkg; with --fleet, one package per target."),
+    device: list[str] = typer.Option([], "--device", "-d", help="Device id to deploy to directly, in the foreground (repeatable)."),
+    fleet: Optional[str] = typer.Option(None, "--fleet", help="Selector (group=lobby,target=jetson-orin or all): hand a staged rollout to the controller."),
+    waves: str = typer.Option("1,10%,50%,100%", "--waves", help="Cumulative wave sizes: counts or percentages."),
+    max_failure: str = typer.Option("5%", "--max-failure", help="Install failure rate that halts a wave."),
+    bake: str = typer.Option("10m", "--bake", help="Time a wave must run with all gates holding before the next starts."),
+    gate: list[str] = typer.Option([], "--gate", help="Gate expression, e.g. 'p95_latency <= 1.2x' (repeatable; see docs/fleet.md)."),
+    shadow: bool = typer.Option(False, "--shadow", help="Ask canaries for a shadow run and its agreement (gate: agreement >= 0.99)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (waves, variants, bytes, duration); send nothing."),
+    wait: bool = typer.Option(False, "--wait", help="Follow the rollout until it ends (exit 5 unless done)."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name (for a .onnx model)."),
     version: Optional[int] = typer.Option(None, "--version", min=1, help="Model version (for a .onnx model)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds to wait for every device (default from config: 600)."),
     allow_downgrade: bool = typer.Option(False, "--allow-downgrade", help="Let devices install a lower version than they committed."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
-    """Deploy a model to devices and follow each until it commits, rolls back or fails.
+    """Deploy a model: directly to --device IDs, or as a staged rollout to a --fleet selector.
 
-    Exit code 0 when every device committed the model, 5 when any did not."""
+    With --device: follow each device until it commits; exit 0 when all did, 5 otherwise.
+    With --fleet: record a rollout for `edgectl controller run` and return (or follow it with --wait)."""
+    if bool(device) == bool(fleet):
+        raise UserError("give either --device ID... (direct) or --fleet SELECTOR (staged rollout)")
+    if fleet is not None:
+        from edgectl.cli.rollout import fleet_deploy
+
+        fleet_deploy(ctx, artifacts, fleet, waves, max_failure, bake, gate, shadow, dry_run, wait, allow_downgrade, as_json)
+        return
+    if len(artifacts) != 1:
+        raise UserError("--device deploys one package; give several only with --fleet")
+    artifact = artifacts[0]
     for d in device:
         validate_id(d)
     opts = options(ctx)
@@ -99,12 +121,9 @@ def _run_with_progress(transport, inbox, package, devices, timeout, allow_downgr
         return deploy_to_devices(transport, inbox, package, devices, key, timeout, update, allow_downgrade)
 
 
-@app.command()
-def devices(
-    ctx: typer.Context,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """List devices known to the broker: presence, agent, target, active model and backend."""
+def fleet_devices(ctx: typer.Context, selector: str) -> list[dict[str, Any]]:
+    """Devices from the broker's retained messages (plus the controller store's), filtered."""
+    chosen = parse_selector(selector)
     opts = options(ctx)
     config = load_edgectl_config(opts.config)
     inbox: "queue.Queue[Message]" = queue.Queue()
@@ -113,7 +132,27 @@ def devices(
         records = collect_devices(transport, inbox)
     finally:
         transport.close()
+    store_path = default_store_path()
+    telemetry: dict[str, Any] = {}
+    if store_path.exists():
+        for row in SqliteStore(store_path).devices():
+            records.setdefault(row.id, DeviceRecord.from_row(row))
+            telemetry[row.id] = row.telemetry_ts
     rows = [r.to_dict() for _, r in sorted(records.items())]
+    for r in rows:
+        r["last_telemetry"] = telemetry.get(r["device_id"])
+    chosen.check_keys(rows)
+    return [r for r in rows if chosen.matches(r)]
+
+
+@app.command()
+def devices(
+    ctx: typer.Context,
+    selector: str = typer.Option("all", "--selector", "-s", help="Only devices matching k=v[,k=v] (fields id, target, model, status, agent, or tag keys)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List devices known to the broker: presence, agent, target, active model and backend."""
+    rows = fleet_devices(ctx, selector)
     if as_json:
         print_json(rows)
         return

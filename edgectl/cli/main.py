@@ -16,6 +16,8 @@ from edgectl.cli.app import app
 from edgectl.cli import analysis  # noqa: F401  (targets, inspect, partition)
 from edgectl.cli import broker  # noqa: F401  (broker)
 from edgectl.cli import fleet  # noqa: F401  (deploy, devices)
+from edgectl.cli import rollout  # noqa: F401  (deploy --fleet, rollout ..., device show)
+from edgectl.cli import controller  # noqa: F401  (controller run)
 from edgectl.cli import packages  # noqa: F401  (keys, build, verify)
 from edgectl.cli import quantize  # noqa: F401  (quantize)
 from edgectl.cli import security  # noqa: F401  (pki, device enroll|revoke, broker config)

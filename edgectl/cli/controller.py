@@ -1,0 +1,53 @@
+"""``edgectl controller run``: the service that drives rollouts and keeps the device registry."""
+
+from __future__ import annotations
+
+import signal
+
+import typer
+
+from agent.protocol.envelope import TrustedKeys, load_public_key
+from edgectl.cli.app import app, options
+from edgectl.cli.output import console
+from edgectl.config import load_edgectl_config
+from edgectl.connection import resolve_broker
+from edgectl.controller import SqliteStore, default_store_path
+from edgectl.keys import Keyring
+
+controller_app = typer.Typer(help="The fleet controller service.", no_args_is_help=True)
+app.add_typer(controller_app, name="controller")
+
+
+@controller_app.command("run")
+def controller_run(ctx: typer.Context) -> None:
+    """Ingest device reports and drive every rollout in the store until SIGTERM/Ctrl-C.
+
+    Safe to kill and restart at any point: it continues each rollout from the store
+    ($EDGECTL_HOME/controller.db)."""
+    import os
+    import uuid
+
+    from agent.tls import tls_context
+    from agent.transport import MqttTransport, check_transport_security
+    from edgectl.controller.service import Controller
+
+    opts = options(ctx)
+    config = load_edgectl_config(opts.config)
+    url = resolve_broker(opts.broker, config)
+    check_transport_security(url, config.insecure, "edgectl config")
+    tls = tls_context(config.tls.ca, config.tls.cert, config.tls.key) if config.tls.ca else None
+
+    def transport(inbox, on_connect):  # type: ignore[no-untyped-def]
+        return MqttTransport(url, f"edgectl-controller-{os.getpid()}-{uuid.uuid4().hex[:6]}", inbox=inbox,
+                             tls_context=tls, on_connect=on_connect, protocol=config.mqtt_protocol)
+
+    ring = Keyring()
+    trusted = TrustedKeys([load_public_key(ring.public_pem("package", r["key_id"])) for r in ring.list() if r["role"] == "package"])
+    store = SqliteStore(default_store_path())
+    service = Controller(store, transport, ring.signing_key("controller"), trusted)
+    signal.signal(signal.SIGTERM, lambda *_: service.stop())
+    console.print(f"controller: store {store.path}, broker {url}")
+    try:
+        service.run()
+    except KeyboardInterrupt:
+        service.stop()

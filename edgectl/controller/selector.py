@@ -1,0 +1,68 @@
+"""Device selectors: ``group=lobby,target=jetson-orin`` picks devices by field or tag.
+
+Keys are device fields (``id``, ``target``, ``model``, ``status``, ``agent``) or tag keys from the
+devices' config. A key that is neither is a user error, so a typo never selects nothing (or all)
+silently. ``all`` or ``*`` selects every device. A value may end in ``*`` to match a prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from agent.errors import UserError
+
+__all__ = ["FIELDS", "Selector", "parse_selector"]
+
+FIELDS = ("id", "target", "model", "status", "agent")
+
+
+@dataclass(frozen=True)
+class Selector:
+    terms: tuple[tuple[str, str], ...]
+
+    def matches(self, device: dict[str, Any]) -> bool:
+        """``device`` is a registry row (``DeviceRecord.to_dict()`` shape)."""
+        return all(_match(_value(device, key), want) for key, want in self.terms)
+
+    def check_keys(self, devices: Iterable[dict[str, Any]]) -> None:
+        """Refuse keys that are neither a field nor a tag of any known device."""
+        tags = {k for d in devices for k in (d.get("tags") or {})}
+        unknown = [k for k, _ in self.terms if k not in FIELDS and k not in tags]
+        if unknown:
+            known = ", ".join([*FIELDS, *sorted(tags)])
+            raise UserError(f"selector: unknown key {unknown[0]!r} (known: {known})")
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.terms) or "all"
+
+
+def parse_selector(text: str) -> Selector:
+    """Parse ``k=v[,k=v...]``; ``all``/``*``/empty selects everything."""
+    text = text.strip()
+    if text in ("", "all", "*"):
+        return Selector(())
+    terms = []
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise UserError(f"selector: {part.strip()!r} is not KEY=VALUE (example: group=lobby,target=jetson-orin)")
+        terms.append((key, value))
+    return Selector(tuple(terms))
+
+
+def _value(device: dict[str, Any], key: str) -> str:
+    if key == "id":
+        return str(device.get("device_id", ""))
+    if key == "agent":
+        return str(device.get("agent_version") or "")
+    if key in ("target", "model", "status"):
+        return str(device.get(key) or "")
+    return str((device.get("tags") or {}).get(key, ""))
+
+
+def _match(value: str, want: str) -> bool:
+    if want.endswith("*"):
+        return value.startswith(want[:-1])
+    return value == want

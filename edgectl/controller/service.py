@@ -1,0 +1,178 @@
+"""``edgectl controller run``: the long-running service that ingests device reports and drives rollouts.
+
+One MQTT connection: paho's thread only enqueues; this loop drains the inbox in batches (one
+store transaction per batch, so 1000 devices reporting every second stay cheap), serves artifact
+chunks from a sender thread, applies operator requests queued in the store, and ticks the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import tempfile
+import threading
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agent.errors import EdgeError
+from agent.protocol import topics
+from agent.protocol.envelope import TrustedKeys
+from agent.transport import Message, MqttTransport
+from edgectl.artifact_server import ArtifactServer, ServedArtifact
+from edgectl.controller.engine import ACTIVE, Engine
+from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
+from edgectl.direct_deploy import signed_command, signed_desired
+from edgectl.package import Package, read_package
+from edgectl.registry import Ingest
+
+__all__ = ["Controller", "backend_fallback"]
+
+log = logging.getLogger(__name__)
+
+LEAVES = ("birth", "presence", "state", "events", "telemetry")
+
+
+@lru_cache(maxsize=64)
+def _profile_providers(target: str) -> tuple[str, ...]:
+    from targets import load_profile  # host-only
+
+    try:
+        return tuple(ep.name for ep in load_profile(target).execution_providers)
+    except EdgeError:
+        return ()
+
+
+def backend_fallback(target: Optional[str], backend: str) -> Optional[bool]:
+    """Whether ``backend`` (``onnxruntime/CPUExecutionProvider``) ranks below the profile's first EP."""
+    providers = _profile_providers(target) if target else ()
+    if not providers or not backend:
+        return None
+    kind, _, device = backend.partition("/")
+    provider = device if kind == "onnxruntime" else "OpenVINOExecutionProvider" if kind == "openvino" else backend
+    return provider != providers[0]
+
+
+class Controller:
+    """The service: call ``run()`` until ``stop()``; ``ingest_lag_s`` and counters for benchmarks."""
+
+    def __init__(self, store: SqliteStore, transport_factory, key: Ed25519PrivateKey, trusted: TrustedKeys,  # type: ignore[no-untyped-def]
+                 tick_s: float = 0.5) -> None:
+        self.store = store
+        self.key = key
+        self.trusted = trusted
+        self.tick_s = tick_s
+        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        self._reconnected = threading.Event()
+        self.transport: MqttTransport = transport_factory(self.inbox, self._reconnected.set)
+        self.server = ArtifactServer(self.transport)
+        self.ingest = Ingest(store)
+        self.engine = Engine(store, self, backend_fallback)
+        self.packages: dict[str, Package] = {}
+        self._cache = Path(tempfile.mkdtemp(prefix="edgectl-controller-"))
+        self.stopping = threading.Event()
+        self.messages = 0
+
+    # -- Publisher for the engine -----------------------------------------------------------------
+
+    def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> Optional[bytes]:
+        package = None if cancel else self._package(rollout, row.variant)
+        payload = signed_desired(self.key, row.device_id, rollout.id, package, bool(rollout.spec.get("allow_downgrade")))
+        self.send(row.device_id, "desired", payload)
+        return payload
+
+    def rollback(self, rollout: RolloutRow, device_id: str) -> None:
+        self.send(device_id, "commands", signed_command(self.key, device_id, "rollback", {"deployment_id": rollout.id}))
+        self.send(device_id, "desired", signed_desired(self.key, device_id, rollout.id, None))
+
+    def send(self, device_id: str, leaf: str, payload: bytes) -> bool:
+        ok = self.transport.publish(topics.device(device_id, leaf), payload, qos=1, retain=leaf == "desired", wait=5.0)
+        if not ok:  # republished from the store when the broker is back
+            log.warning("broker did not take %s for %s", leaf, device_id)
+        return ok
+
+    def _package(self, rollout: RolloutRow, artifact_id: str) -> Package:
+        if artifact_id not in self.packages:
+            info = next(p for p in rollout.spec["packages"] if p["artifact_id"] == artifact_id)
+            (self._cache / artifact_id).mkdir(parents=True, exist_ok=True)
+            package = read_package(Path(info["path"]), self.trusted, self._cache / artifact_id)
+            self.packages[artifact_id] = package
+            m = package.manifest
+            self.server.serve(ServedArtifact(m.artifact_id, package.payload, m.payload.chunk_size, len(m.payload.chunks)))
+        return self.packages[artifact_id]
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for leaf in LEAVES:
+            self.transport.subscribe(topics.device("+", leaf), 1)
+        self.transport.connect()
+        self.server.start()
+        self.store.audit("controller started", str(self.store.path))
+        next_tick = 0.0
+        while not self.stopping.is_set():
+            self._drain(time.monotonic() + self.tick_s / 2)
+            if self._reconnected.is_set():
+                self._reconnected.clear()
+                self._republish()
+            if time.monotonic() >= next_tick:
+                for rollout_id, action in self.store.take_requests():
+                    self.engine.request(rollout_id, action)
+                self._serve_active()
+                self.engine.tick()
+                next_tick = time.monotonic() + self.tick_s
+        self.server.stop()
+        self.transport.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _drain(self, until: float) -> None:
+        batch: list[Message] = []
+        while time.monotonic() < until and len(batch) < 2000:
+            try:
+                batch.append(self.inbox.get(timeout=max(0.0, min(0.05, until - time.monotonic()))))
+            except queue.Empty:
+                if batch:
+                    break
+        if not batch:
+            return
+        followups = []
+        with self.store.batch():
+            for message in batch:
+                self.messages += 1
+                if message.topic.endswith("/chunk-requests"):
+                    self.server.handle_request(message.payload)
+                    continue
+                try:
+                    result = self.ingest.apply(message)
+                except EdgeError as exc:
+                    log.warning("ignored %s: %s", message.topic, exc)
+                    continue
+                if result is not None:
+                    followups.append(result)
+            for kind, value in followups:
+                if kind == "event":
+                    self.engine.on_event(value)
+                else:
+                    self.engine.on_state(*value)
+
+    def _serve_active(self) -> None:
+        for rollout in self.store.rollouts(ACTIVE + ("done",)):
+            for info in rollout.spec["packages"]:
+                if info["artifact_id"] not in self.packages:
+                    self._package(rollout, info["artifact_id"])
+
+    def _republish(self) -> None:
+        """After a (re)connect, put back every kept desired state: a restarted broker lost them."""
+        count = 0
+        for rollout in self.store.rollouts(ACTIVE + ("done",)):
+            for row in self.store.rollout_devices(rollout.id):
+                if row.desired is not None and row.status in ("sent", "running", "deferred", "ok"):
+                    self.send(row.device_id, "desired", row.desired)
+                    count += 1
+        if count:
+            self.store.audit("desired states republished", f"{count} after (re)connect")
