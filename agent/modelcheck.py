@@ -146,13 +146,18 @@ def _check_external(path: Path, tensor: onnx.TensorProto) -> int:
         raise ModelError(f"{where} location {location!r} is absolute")
     if ".." in PurePosixPath(location.replace("\\", "/")).parts:
         raise ModelError(f"{where} location {location!r} contains '..'")
+    if "\x00" in location:
+        raise ModelError(f"{where} location {location!r} contains a NUL byte")
     base = path.parent.resolve()
-    target = (base / location).resolve()
-    if not target.is_relative_to(base):
-        raise ModelError(f"{where} location {location!r} resolves outside the model directory")
-    if not target.is_file():
-        raise ModelError(f"{where} file {location!r} does not exist or is not a file")
-    stat = target.stat()
+    try:  # a symlink loop (RuntimeError) or an over-long name (OSError) is the model's fault, not ours
+        target = (base / location).resolve()
+        if not target.is_relative_to(base):
+            raise ModelError(f"{where} location {location!r} resolves outside the model directory")
+        if not target.is_file():
+            raise ModelError(f"{where} file {location!r} does not exist or is not a file")
+        stat = target.stat()
+    except (OSError, RuntimeError) as exc:
+        raise ModelError(f"{where} location {location[:80]!r} cannot be resolved ({type(exc).__name__})") from exc
     if stat.st_nlink > 1:
         raise ModelError(f"{where} file {location!r} is a hard link (may point outside the model directory)")
     offset, length = _int_field(where, info, "offset", 0), _int_field(where, info, "length", None)

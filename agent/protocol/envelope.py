@@ -119,6 +119,8 @@ class Envelope:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ProtocolError(f"envelope: not JSON ({exc})") from exc
+        except RecursionError as exc:  # deeply nested JSON
+            raise ProtocolError("envelope: JSON nested too deeply") from exc
         return cls.from_json(data)
 
 

@@ -213,4 +213,5 @@ def device_json(raw: bytes, what: str) -> dict[str, Any]:
     """Decode a free-form device report (birth, state, telemetry): a schema-1 object with a device id."""
     f = decode_json(raw, what)
     validate_id(f.str("device_id", 64))
+    f.opt_float("ts")  # readers take max() of timestamps: a string, list or NaN there must not reach them
     return f.data

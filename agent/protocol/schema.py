@@ -24,6 +24,8 @@ def decode_json(raw: bytes, what: str, max_bytes: int = MAX_JSON_BYTES) -> "Fiel
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"{what}: malformed JSON ({exc})") from exc
+    except RecursionError as exc:  # json recurses per nesting level: '[' * 100000 blows the stack
+        raise ProtocolError(f"{what}: JSON nested too deeply") from exc
     fields = Fields(data, what)
     schema = fields.int("schema")
     if schema != SCHEMA_VERSION:
@@ -77,7 +79,8 @@ class Fields:
 
     def float(self, key: str) -> float:
         value = self._get(key, (int, float), False)
-        if not math.isfinite(value):
+        # An int too large for a float (10**400) would raise OverflowError in isfinite.
+        if isinstance(value, int) and abs(value) > 2**1023 or not math.isfinite(value):
             raise ProtocolError(f"{self.what}.{key}: not a finite number")
         return float(value)
 
