@@ -8,6 +8,7 @@ no new chunk arrived for a while, so restarts, reconnects and long offline perio
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import Optional
@@ -54,7 +55,7 @@ class ChunkFetcher:
                     log.warning("dropped chunk %d of artifact %s: %d bytes, hash or size does not match the signed"
                                 " manifest; it will be asked for again", index, artifact_id[:12], len(data))
             except EdgeError as exc:
-                self._error = exc
+                self._error = self._error or exc  # the first failure is the cause; later ones follow from it
                 self._cond.notify_all()
 
     def cancel(self) -> None:
@@ -79,6 +80,7 @@ class ChunkFetcher:
 
     def _wait(self, download: Download) -> None:
         deadline = time.monotonic() + self.deadline_s
+        stalls = 0  # requests in a row that brought nothing: back off, so a wave is not flooded
         while True:
             with self._cond:
                 self._raise_if_stopped(download)
@@ -89,8 +91,11 @@ class ChunkFetcher:
                 download.discard()
                 raise OperationFailed(f"download did not complete within {self.deadline_s:.0f}s"
                                       f" ({download.rejected} chunk(s) dropped: hash or size not as signed)")
+            before = len(download.have)
             self._request(download, missing)
-            self._wait_for_progress(download)
+            interval = self.request_interval_s * min(2**stalls, 4) * random.uniform(0.8, 1.2)
+            self._wait_for_progress(download, interval)
+            stalls = stalls + 1 if len(download.have) == before else 0
 
     def _raise_if_stopped(self, download: Download) -> None:
         if self._error is not None:
@@ -104,11 +109,11 @@ class ChunkFetcher:
         request = ChunkRequest(self.device_id, download.payload.sha256, missing[:MAX_RANGES_PER_REQUEST])
         self.transport.publish(topics.device(self.device_id, "chunk-requests"), request.to_payload(), qos=1)
 
-    def _wait_for_progress(self, download: Download) -> None:
-        """Return once no chunk arrived for a request interval (then ask again) or when done."""
+    def _wait_for_progress(self, download: Download, interval: float) -> None:
+        """Return once no chunk arrived for ``interval`` seconds (then ask again) or when done."""
         with self._cond:
             while not download.complete and self._error is None and not self._cancelled:
                 before = len(download.have)
-                self._cond.wait(self.request_interval_s)
+                self._cond.wait(interval)
                 if len(download.have) == before:
                     return
