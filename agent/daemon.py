@@ -23,12 +23,12 @@ from agent.deploy.ledger import Ledger
 from agent.deploy.machine import Deployment, Machine, State
 from agent.deploy.slots import Slots
 from agent.deploy.steps import Steps
-from agent.deploy.trust import TrustStore, is_rotation
+from agent.deploy.trust import TrustStore
 from agent.errors import EdgeError, ProtocolError
 from agent.hardware import probe_hardware
 from agent.model_host import ModelHost
 from agent.protocol import topics
-from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, MANIFEST_TYPE
+from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, KEY_ROTATION_TYPE, MANIFEST_TYPE, Envelope
 from agent.protocol.manifest import Manifest
 from agent.protocol.messages import (
     Command, DesiredState, DeviceEvent, Presence, check_addressed, verify_signed,
@@ -201,12 +201,13 @@ class Agent:
         self._pending.put(deployment)
 
     def _on_command(self, raw: bytes) -> None:
-        if is_rotation(raw):
-            rotation = self.trust.apply(raw)
+        envelope = Envelope.from_bytes(raw)
+        if envelope.payload_type == KEY_ROTATION_TYPE:
+            rotation = self.trust.apply(envelope)
             self.package_keys, self.controller_keys = self.trust.keys("package"), self.trust.keys("controller")
             self._event("none", "key-rotation", "ok", f"{rotation.role} keys now {', '.join(self.trust.keys(rotation.role).ids())}")
             return
-        command = Command.from_payload(verify_signed(raw, self.controller_keys, COMMAND_TYPE))
+        command = Command.from_payload(self.controller_keys.verify(envelope, COMMAND_TYPE))
         check_addressed(command, self.id, self.ledger.last_seq)
         self.ledger.accept_seq(command.seq)
         if command.command == "rollback":

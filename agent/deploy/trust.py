@@ -1,6 +1,6 @@
 """The keys this device trusts: pinned in its config, moved on by rotations signed with a trusted key.
 
-A key rotation is a DSSE envelope of type :data:`ROTATION_TYPE` carried on the commands topic. It
+A key rotation is a DSSE envelope of type ``KEY_ROTATION_TYPE`` carried on the commands topic. It
 names a role (``package`` or ``controller``), new public keys to trust and key ids to retire, and a
 version that must grow. It is accepted only when a key of that role that the device trusts now
 signed it, so only the holder of the old key can move a fleet to a new one; accepted rotations are
@@ -16,12 +16,11 @@ from pathlib import Path
 
 from agent.durable import atomic_write_json, read_json
 from agent.errors import ProtocolError, VerificationError
-from agent.protocol.envelope import Envelope, TrustedKeys, key_id, load_public_key, sign
+from agent.protocol.envelope import KEY_ROTATION_TYPE, Envelope, TrustedKeys, key_id, load_public_key, sign
 from agent.protocol.schema import decode_json, encode_json
 
-__all__ = ["ROLES", "ROTATION_TYPE", "KeyRotation", "TrustStore", "is_rotation"]
+__all__ = ["ROLES", "KeyRotation", "TrustStore"]
 
-ROTATION_TYPE = "application/vnd.edgectl.key-rotation.v1+json"
 ROLES = ("package", "controller")
 
 
@@ -53,12 +52,7 @@ class KeyRotation:
         return cls(role, f.int("version", 1), f.float("issued_at"), new_keys, tuple(str(k) for k in f.list("retire", 16)))
 
     def sign(self, old_key: "object") -> Envelope:
-        return sign(ROTATION_TYPE, self.to_payload(), old_key)  # type: ignore[arg-type]
-
-
-def is_rotation(raw: bytes) -> bool:
-    """Whether a commands-topic message is a key rotation (by its envelope's type; nothing is trusted yet)."""
-    return Envelope.from_bytes(raw).payload_type == ROTATION_TYPE
+        return sign(KEY_ROTATION_TYPE, self.to_payload(), old_key)  # type: ignore[arg-type]
 
 
 class TrustStore:
@@ -79,11 +73,24 @@ class TrustStore:
         keys = [load_public_key(p) for p in pems]
         return TrustedKeys([k for k in keys if key_id(k) not in state["retired"]])  # type: ignore[operator]
 
-    def apply(self, raw: bytes, now: float | None = None) -> KeyRotation:
+    def _verified(self, envelope: Envelope) -> KeyRotation:
+        """The rotation, once a key trusted for the role it names has signed it (parsed only then)."""
+        for role in ROLES:
+            try:
+                payload = self.keys(role).verify(envelope, KEY_ROTATION_TYPE)
+            except VerificationError:
+                continue
+            rotation = KeyRotation.from_payload(payload)
+            if rotation.role != role:
+                raise VerificationError(f"rotation of {rotation.role} keys signed by a {role} key")
+            return rotation
+        signers = ", ".join(kid for kid, _ in envelope.signatures) or "nobody"
+        raise VerificationError(f"key rotation signed only by untrusted key(s) {signers}")
+
+    def apply(self, envelope: Envelope, now: float | None = None) -> KeyRotation:
         """Accept a rotation signed by a key trusted now for its role; raise VerificationError otherwise."""
-        envelope = Envelope.from_bytes(raw)
-        role = KeyRotation.from_payload(envelope.payload).role  # read only to pick the verifying keys
-        rotation = KeyRotation.from_payload(self.keys(role).verify(envelope, ROTATION_TYPE))
+        rotation = self._verified(envelope)
+        role = rotation.role
         with self._lock:
             state = self._state[role]
             if rotation.version <= int(state["version"]):  # type: ignore[call-overload]

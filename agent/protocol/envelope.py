@@ -23,6 +23,7 @@ from agent.errors import ProtocolError, VerificationError
 __all__ = [
     "COMMAND_TYPE",
     "DESIRED_TYPE",
+    "KEY_ROTATION_TYPE",
     "MANIFEST_TYPE",
     "Envelope",
     "TrustedKeys",
@@ -36,6 +37,7 @@ __all__ = [
 MANIFEST_TYPE = "application/vnd.edgectl.manifest.v1+json"
 DESIRED_TYPE = "application/vnd.edgectl.desired.v1+json"
 COMMAND_TYPE = "application/vnd.edgectl.command.v1+json"
+KEY_ROTATION_TYPE = "application/vnd.edgectl.key-rotation.v1+json"
 
 MAX_ENVELOPE_BYTES = 4 * 1024 * 1024
 
