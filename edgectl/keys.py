@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.durable import atomic_write
 from agent.errors import ConfigError, NotFoundError
-from agent.protocol.envelope import key_id, public_key_pem
+from agent.protocol.envelope import TrustedKeys, key_id, load_public_key, public_key_pem
 from edgectl.home import edgectl_home
 
 __all__ = ["ROLES", "Keyring"]
@@ -80,6 +80,13 @@ class Keyring:
         if kid is None or not path.exists():
             raise NotFoundError(f"no {role} key {kid or ''}: see `edgectl keys list`".replace("  ", " "))
         return path.read_text()
+
+    def trusted(self, role: str) -> TrustedKeys:
+        """Every public key of ``role`` in this keyring (active and rotated-out), as a verifier."""
+        keys = [load_public_key(self.public_pem(role, r["key_id"])) for r in self.list() if r["role"] == role]
+        if not keys:
+            raise NotFoundError(f"no {role} key yet: run `edgectl keys init`")
+        return TrustedKeys(keys)
 
     def list(self) -> list[dict[str, Any]]:
         rows = []

@@ -21,6 +21,7 @@ from edgectl.cli import controller  # noqa: F401  (controller run)
 from edgectl.cli import packages  # noqa: F401  (keys, build, verify)
 from edgectl.cli import quantize  # noqa: F401  (quantize)
 from edgectl.cli import security  # noqa: F401  (pki, device enroll|revoke, broker config)
+from edgectl.cli import sim  # noqa: F401  (sim)
 
 __all__ = ["main"]
 
