@@ -194,8 +194,8 @@ class Agent:
         if current is not None and current.active.manifest_sha256 == hashlib.sha256(manifest_bytes).hexdigest():
             self._event(desired.deployment_id, "commit", "ok", f"{manifest.name} v{manifest.version} is already active")
             return
-        deployment = Deployment(desired.deployment_id, manifest_bytes,
-                                data={"allow_downgrade": bool(desired.options.get("allow_downgrade"))})
+        deployment = Deployment(desired.deployment_id, manifest_bytes, data={
+            "allow_downgrade": bool(desired.options.get("allow_downgrade")), "shadow_min": desired.shadow_min})
         if self.deployment is not None:
             self.fetcher.cancel()
         self._pending.put(deployment)
@@ -246,7 +246,7 @@ class Agent:
             status = deployment.outcome or "failed"
         else:
             status = "running"
-        data = {k: v for k, v in deployment.data.items() if k in ("backend", "health_p95_ms", "stage")}
+        data = {k: v for k, v in deployment.data.items() if k in ("backend", "health_p95_ms", "stage", "shadow")}
         m = deployment.manifest
         data.update(model=m.name, version=m.version)
         self._event(deployment.deployment_id, deployment.state.value, status, deployment.reason, data)

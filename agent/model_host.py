@@ -17,6 +17,7 @@ from agent.hardware import Hardware
 from agent.protocol.manifest import Manifest
 from agent.selection import Selection, select_backend
 from agent.serving import ModelRegistry
+from agent.shadow import Agreement, measure_agreement, shadow_inputs
 
 __all__ = ["LoadedModel", "ModelHost"]
 
@@ -81,6 +82,20 @@ class ModelHost:
             self.current = loaded
         log.info("serving %s v%d on %s", active.name, active.version, selection.backend)
         return loaded
+
+    def shadow(self, slot_dir: Path, manifest: Manifest) -> Agreement:
+        """Run the staged model in ``slot_dir`` beside the served one, on the backend serving now."""
+        current = self.current
+        assert current is not None
+        golden = load_golden(slot_dir / manifest.golden)[0] if manifest.golden else {}
+        with current.selection.candidate.open(slot_dir / manifest.model) as new:
+            feeds, live = shadow_inputs(golden, self.registry.recent_inputs(current.active.name), new.inputs)
+
+            def old(feed: dict[str, np.ndarray]) -> dict[str, Any]:
+                with self.registry.acquire(current.active.name) as entry:
+                    return dict(entry.runner.infer(feed))
+
+            return measure_agreement(old, lambda feed: dict(new.infer(feed)), feeds, live)
 
     def unload(self) -> None:
         with self._lock:

@@ -49,13 +49,18 @@ class DeviceProgress:
 
 
 def signed_desired(key: Ed25519PrivateKey, device_id: str, deployment_id: str, package: Optional[Package],
-                   allow_downgrade: bool = False) -> bytes:
-    """A signed desired state for one device; ``package`` None means: keep what you have."""
+                   allow_downgrade: bool = False, shadow_min: Optional[float] = None) -> bytes:
+    """A signed desired state for one device; ``package`` None means: keep what you have.
+
+    ``shadow_min``: run the new model beside the serving one first and cut over only at this agreement."""
     now = time.time()
     model = None if package is None else DesiredModel(package.manifest.name, package.manifest.version, package.envelope)
+    options: dict[str, Any] = {"allow_downgrade": allow_downgrade}
+    if shadow_min is not None:
+        options["shadow"] = {"min_agreement": shadow_min}
     desired = DesiredState(
         device_id=device_id, seq=next_sequence(), issued_at=now, expires_at=now + DESIRED_VALIDITY_S,
-        deployment_id=deployment_id, model=model, options={"allow_downgrade": allow_downgrade},
+        deployment_id=deployment_id, model=model, options=options,
     )
     return sign(DESIRED_TYPE, desired.to_payload(), key).to_bytes()
 

@@ -7,7 +7,8 @@ checks (agent.deploy.fetch + download) and payload extraction with per-file hash
 Simulated: the hardware (a summary per profile), loading and running the model (the "health
 check" reads the package's golden outputs and fails on NaN/inf; latency is the profile's base
 latency times the agent's latency factor for that model version) and the backend choice (the
-profile's first execution provider, or the CPU when the agent is told to fall back).
+profile's first execution provider, or the CPU when the agent is told to fall back) and the
+shadow run's agreement (the agent's ``agreement`` for that model version, 1.0 unless told).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class SimAgent:
     profile: str
     state_dir: Path
     latency_factor: dict[str, float] = field(default_factory=dict)  # "name@version" or "*" -> factor
+    agreement: dict[str, float] = field(default_factory=dict)  # shadow-run agreement, "name@version" or "*" -> fraction
     tags: dict[str, str] = field(default_factory=dict)
     fallback: bool = False
     transport: Optional[MqttTransport] = None
@@ -221,6 +223,10 @@ class SimFleet:
             slot = agent.state_dir / "slots" / manifest.artifact_id[:16]
             extract_payload(download.finish(), manifest, slot)
             download.discard()
+            if desired.shadow_min is not None and agent.active is not None:
+                refused = self._shadow(agent, did, manifest, desired.shadow_min, data)
+                if refused:
+                    return self._event(agent, did, "done", "failed", refused, data)
             self._event(agent, did, "health", "running", "", data)
             _, outputs = load_golden(slot / manifest.golden) if manifest.golden else ({}, {})
             if any(np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)) for v in outputs.values()):
@@ -236,6 +242,15 @@ class SimFleet:
         finally:
             agent.deploying = None
             self._publish_state(agent)
+
+    def _shadow(self, agent: SimAgent, did: str, manifest: Manifest, wanted: float, data: dict[str, Any]) -> Optional[str]:
+        """The simulated shadow run: reports the agreement the agent was given; too little refuses the cut-over."""
+        agreement = agent.agreement.get(f"{manifest.name}@{manifest.version}", agent.agreement.get("*", 1.0))
+        data["shadow"] = {"agreement": agreement, "samples": 16, "live": 0, "min_agreement": wanted, "first_difference": ""}
+        self._event(agent, did, "shadow", "running", "", data)
+        if agreement < wanted:
+            return f"shadow: the new model agrees with the serving one on {agreement:.1%} of 16 inputs, {wanted:.1%} needed"
+        return None
 
     @staticmethod
     def _refusal(agent: SimAgent, manifest: Manifest, ledger: Ledger, allow_downgrade: bool) -> Optional[str]:

@@ -30,6 +30,7 @@ class State(str, enum.Enum):
     DOWNLOAD = "download"
     VERIFY = "verify"
     STAGE = "stage"
+    SHADOW = "shadow"
     ACTIVATE = "activate"
     HEALTH = "health"
     COMMIT = "commit"
@@ -48,8 +49,10 @@ TRANSITIONS: Mapping[tuple[State, Event], State] = {
     (State.DOWNLOAD, Event.FAILURE): State.FAILURE,
     (State.VERIFY, Event.SUCCESS): State.STAGE,
     (State.VERIFY, Event.FAILURE): State.FAILURE,
-    (State.STAGE, Event.SUCCESS): State.ACTIVATE,
+    (State.STAGE, Event.SUCCESS): State.SHADOW,
     (State.STAGE, Event.FAILURE): State.FAILURE,
+    (State.SHADOW, Event.SUCCESS): State.ACTIVATE,
+    (State.SHADOW, Event.FAILURE): State.FAILURE,
     (State.ACTIVATE, Event.SUCCESS): State.HEALTH,
     (State.ACTIVATE, Event.FAILURE): State.ROLLBACK,
     (State.HEALTH, Event.SUCCESS): State.COMMIT,
@@ -67,6 +70,7 @@ RECOVERY: Mapping[State, State] = {
     State.DOWNLOAD: State.DOWNLOAD,
     State.VERIFY: State.VERIFY,
     State.STAGE: State.STAGE,
+    State.SHADOW: State.SHADOW,
     State.ACTIVATE: State.ROLLBACK,
     State.HEALTH: State.ROLLBACK,
     State.COMMIT: State.COMMIT,

@@ -59,7 +59,7 @@ class Steps:
 
     def handlers(self) -> Mapping[State, Handler]:
         return {
-            State.DOWNLOAD: self.download, State.VERIFY: self.verify, State.STAGE: self.stage,
+            State.DOWNLOAD: self.download, State.VERIFY: self.verify, State.STAGE: self.stage, State.SHADOW: self.shadow,
             State.ACTIVATE: self.activate, State.HEALTH: self.health, State.COMMIT: self.commit,
             State.ROLLBACK: self.rollback, State.FAILURE: self.failure,
         }
@@ -108,6 +108,24 @@ class Steps:
         deployment.data["stage"] = result.detail
         return Event.SUCCESS if result.ok else self._fail(deployment, f"stage: {result.detail}")
 
+    def shadow(self, deployment: Deployment) -> Event:
+        """When the desired state asks: the new model answers beside the serving one; too little agreement fails."""
+        wanted = deployment.data.get("shadow_min")
+        if wanted is None:
+            return Event.SUCCESS
+        if self.host.current is None:
+            deployment.data["shadow"] = {"agreement": None, "detail": "no model is serving: nothing to compare with"}
+            return Event.SUCCESS
+        try:
+            result = self.host.shadow(self.slots.dir(deployment.data["slot"]), deployment.manifest)
+        except Exception as exc:  # whatever the candidate does on real inputs is its failure, not the agent's
+            return self._fail(deployment, f"shadow: the new model failed beside the serving one: {_first_line(exc)}")
+        deployment.data["shadow"] = {**result.to_dict(), "min_agreement": wanted}
+        if result.agreement < float(wanted):
+            return self._fail(deployment, f"shadow: the new model agrees with the serving one on {result.agreement:.1%} of"
+                                          f" {result.samples} inputs, {float(wanted):.1%} needed ({result.first_difference})")
+        return Event.SUCCESS
+
     def activate(self, deployment: Deployment) -> Event:
         model = self._new_model(deployment)
         self.slots.activate(model)
@@ -129,7 +147,7 @@ class Steps:
         try:
             latencies = _health_runs(self.host, inputs, runs)
         except Exception as exc:  # anything the model does on real inputs is a health failure
-            return self._fail(deployment, f"health: inference failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            return self._fail(deployment, f"health: inference failed: {_first_line(exc)}")
         if latencies is None:
             return self._fail(deployment, "health: the model produced NaN or infinite outputs")
         p95 = float(np.percentile(latencies, 95))
@@ -179,6 +197,10 @@ class Steps:
                 shutil.rmtree(self.slots.dir(slot), ignore_errors=True)
         except Exception:
             log.exception("cleanup of %s did not complete", deployment.deployment_id)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _health_runs(host: ModelHost, golden: dict[str, np.ndarray], runs: int) -> list[float] | None:

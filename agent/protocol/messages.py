@@ -82,8 +82,24 @@ class DesiredState:
             expires_at=f.float("expires_at"),
             deployment_id=validate_id(f.str("deployment_id", 64), "deployment id"),
             model=model,
-            options=f.raw_obj("options") if "options" in f.data else {},
+            options=_checked_options(f.raw_obj("options") if "options" in f.data else {}),
         )
+
+    @property
+    def shadow_min(self) -> Optional[float]:
+        """The agreement a shadow run must reach before cut-over, or None: no shadow run asked."""
+        shadow = self.options.get("shadow")
+        return None if shadow is None else float(shadow["min_agreement"])
+
+
+def _checked_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Options a device acts on must be well formed: ``shadow`` is ``{"min_agreement": 0..1}``."""
+    shadow = options.get("shadow")
+    if shadow is not None:
+        value = shadow.get("min_agreement") if isinstance(shadow, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ProtocolError("desired: options.shadow must be {\"min_agreement\": a number from 0 to 1}")
+    return options
 
 
 @dataclass(frozen=True)

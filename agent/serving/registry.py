@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+import numpy as np
 
 from agent.backends.base import Runner, TensorSpec
 from agent.errors import NotFoundError
@@ -15,6 +18,9 @@ from agent.telemetry import ModelStats
 __all__ = ["ModelRegistry", "PublishedModel"]
 
 log = logging.getLogger(__name__)
+
+RECENT_INPUTS = 16
+RECENT_INPUT_MAX_BYTES = 2 * 1024 * 1024  # larger requests are not kept
 
 
 @dataclass
@@ -29,6 +35,8 @@ class PublishedModel:
     outputs: list[TensorSpec]
     placement: dict[str, Any]
     stats: ModelStats = field(default_factory=ModelStats)
+    # The latest requests' inputs, in memory only: a shadow run replays them on a candidate model.
+    recent: "deque[dict[str, np.ndarray]]" = field(default_factory=lambda: deque(maxlen=RECENT_INPUTS))
     inflight: int = 0
     retired: bool = False
     closed: bool = False
@@ -106,6 +114,18 @@ class ModelRegistry:
                     entry.closed = True
             if close:
                 _close(entry)
+
+    def remember_inputs(self, entry: PublishedModel, feeds: dict[str, np.ndarray]) -> None:
+        """Keep a served request's inputs for shadow runs (bounded in count and size)."""
+        if sum(np.asarray(v).nbytes for v in feeds.values()) <= RECENT_INPUT_MAX_BYTES:
+            with self._lock:
+                entry.recent.append(feeds)
+
+    def recent_inputs(self, name: str) -> list[dict[str, np.ndarray]]:
+        """The latest inputs ``name`` answered, oldest first; empty when it is not published."""
+        with self._lock:
+            entry = self._models.get(name)
+            return list(entry.recent) if entry is not None else []
 
     def telemetry(self) -> dict[str, dict[str, Any]]:
         """Per model: version, backend, placement, counters, latency percentiles, throughput."""

@@ -161,6 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
                 results = entry.runner.infer(request.feeds)
                 payload, json_length = encode_response(name, entry.version, results, request)
                 ok = True
+                self.server.app.registry.remember_inputs(entry, request.feeds)
             finally:
                 entry.stats.record(time.perf_counter() - start, ok)
         extra = {_HEADER_LENGTH: str(json_length)} if json_length is not None else {}
