@@ -28,7 +28,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
+from benchdoc import replace_section  # noqa: E402
 from agent.backends import Candidate  # noqa: E402
 from agent.hardware import probe_hardware  # noqa: E402
 from agent.selection import select_backend  # noqa: E402
@@ -230,19 +232,6 @@ def bench_rss(small_model: Path) -> dict[str, float]:
     return result
 
 
-def write_section(text: str) -> None:
-    """Replace (or append) the ``## agent`` section of docs/benchmarks.md."""
-    doc = ROOT / "docs" / "benchmarks.md"
-    current = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    start = current.find("\n## agent\n")
-    if start < 0:
-        updated = current.rstrip("\n") + "\n\n" + text
-    else:
-        end = current.find("\n## ", start + 1)
-        updated = current[:start + 1] + text + (current[end:] if end >= 0 else "")
-    doc.write_text(updated)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of timing per model (selection and recheck each)")
@@ -271,7 +260,7 @@ def main() -> None:
     print(f"API overhead <= {OVERHEAD_GOAL_MS} ms: {'PASS' if api_ok else 'FAIL'}")
     print(f"rerun: {COMMAND}")
     if not args.no_write:
-        write_section(markdown(rows, choice_ok, api, overhead, overhead_triton, api_ok, rss))
+        replace_section("agent", markdown(rows, choice_ok, api, overhead, overhead_triton, api_ok, rss))
 
 
 def markdown(rows: list[dict[str, Any]], choice_ok: bool, api: dict[str, Any], overhead: float,

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["machine", "write_section"]
+__all__ = ["machine", "replace_section", "write_section"]
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
@@ -25,13 +25,18 @@ def machine() -> str:
 
 
 def write_section(name: str, command: str, body: str) -> Path:
-    """Replace (or append) the ``## NAME`` section of docs/benchmarks.md, leaving the others alone."""
+    """Write ``body`` as the ``## NAME`` section of docs/benchmarks.md under the standard preamble."""
+    return replace_section(name, f"## {name}\n\nMeasured by `{command}` on {time.strftime('%Y-%m-%d')}; all figures"
+                                 f" come from one run. The machine is shared with other jobs, so absolute times are noisy;"
+                                 f" the ratios within one run are the figures to read.\n\n{body}\n")
+
+
+def replace_section(name: str, section: str) -> Path:
+    """Replace (or append) the ``## NAME`` section of docs/benchmarks.md with ``section``, leaving the others alone."""
     text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    section = (f"## {name}\n\nMeasured by `{command}` on {time.strftime('%Y-%m-%d')}; all figures come from one run."
-               f" The machine is shared with other jobs, so absolute times are noisy; the ratios within one run are the"
-               f" figures to read.\n\n{body}\n")
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if line.rstrip() == f"## {name}"), None)
+    section = section.rstrip("\n") + "\n"
     if start is None:
         text = text.rstrip("\n") + "\n\n" + section
     else:
