@@ -42,6 +42,10 @@ __all__ = ["BASE_LATENCY_MS", "SimAgent", "SimFleet"]
 
 log = logging.getLogger(__name__)
 
+# numpy parses .npz headers with ast.literal_eval, which CPython 3.11 can break when several threads
+# build ASTs at once ("AST constructor recursion depth mismatch", gh-106905): one at a time.
+_GOLDEN_LOCK = threading.Lock()
+
 BASE_LATENCY_MS = {"jetson-orin": 2.0, "jetson-nano": 6.0, "nnapi": 8.0, "qnn-htp": 3.0, "cpu-x86": 5.0, "cpu-arm": 12.0}
 BACKEND = {"jetson-orin": "TensorrtExecutionProvider", "nnapi": "NnapiExecutionProvider", "qnn-htp": "QNNExecutionProvider"}
 
@@ -203,7 +207,8 @@ class SimFleet:
             return
         manifest_bytes = self.package_keys.verify(desired.model.manifest, MANIFEST_TYPE)
         manifest = Manifest.from_bytes(manifest_bytes)
-        if agent.active is not None and agent.active["artifact_id"] == manifest.artifact_id:
+        active = agent.active
+        if active is not None and (active["name"], active["version"], active["artifact_id"]) == (manifest.name, manifest.version, manifest.artifact_id):
             self._event(agent, desired.deployment_id, "commit", "ok", "already active")
             return
         threading.Thread(target=self._deploy, args=(agent, desired, manifest), daemon=True).start()
@@ -228,7 +233,8 @@ class SimFleet:
                 if refused:
                     return self._event(agent, did, "done", "failed", refused, data)
             self._event(agent, did, "health", "running", "", data)
-            _, outputs = load_golden(slot / manifest.golden) if manifest.golden else ({}, {})
+            with _GOLDEN_LOCK:
+                _, outputs = load_golden(slot / manifest.golden) if manifest.golden else ({}, {})
             if any(np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)) for v in outputs.values()):
                 return self._event(agent, did, "done", "rolled-back", "health: the model produced NaN or infinite outputs", data)
             agent.previous, agent.active = agent.active, {"name": manifest.name, "version": manifest.version, "slot": slot.name,

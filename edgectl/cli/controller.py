@@ -11,7 +11,7 @@ from edgectl.cli.app import app, options
 from edgectl.cli.output import console
 from edgectl.config import load_edgectl_config
 from edgectl.connection import resolve_broker
-from edgectl.controller import SqliteStore, default_store_path
+from edgectl.controller import SqliteStore
 from edgectl.keys import Keyring
 
 controller_app = typer.Typer(help="The fleet controller service.", no_args_is_help=True)
@@ -23,7 +23,7 @@ def controller_run(ctx: typer.Context) -> None:
     """Ingest device reports and drive every rollout in the store until SIGTERM/Ctrl-C.
 
     Safe to kill and restart at any point: it continues each rollout from the store
-    ($EDGECTL_HOME/controller.db)."""
+    (config key controller.store; default $EDGECTL_HOME/controller.db)."""
     import os
     import uuid
 
@@ -43,7 +43,7 @@ def controller_run(ctx: typer.Context) -> None:
 
     ring = Keyring()
     trusted = TrustedKeys([load_public_key(ring.public_pem("package", r["key_id"])) for r in ring.list() if r["role"] == "package"])
-    store = SqliteStore(default_store_path())
+    store = SqliteStore(config.controller.store_path())
     service = Controller(store, transport, ring.signing_key("controller"), trusted)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     console.print(f"controller: store {store.path}, broker {url}")

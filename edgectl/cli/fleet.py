@@ -26,7 +26,6 @@ from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
 from edgectl.controller.selector import parse_selector
 from edgectl.controller.store import SqliteStore
-from edgectl.controller.submit import default_store_path
 from edgectl.registry import DeviceRecord, collect_devices
 
 STEPS = ("download", "verify", "stage", "activate", "health", "commit")
@@ -132,7 +131,7 @@ def fleet_devices(ctx: typer.Context, selector: str) -> list[dict[str, Any]]:
         records = collect_devices(transport, inbox)
     finally:
         transport.close()
-    store_path = default_store_path()
+    store_path = config.controller.store_path()
     telemetry: dict[str, Any] = {}
     if store_path.exists():
         for row in SqliteStore(store_path).devices():

@@ -1,11 +1,11 @@
-"""Rollout commands: ``deploy --fleet``, ``rollout list|status|pause|resume|abort|retry-failed``, ``device show``."""
+"""Rollout commands: ``deploy --fleet``, ``rollout list|status|log|pause|resume|abort|retry-failed``, ``device show``."""
 
 from __future__ import annotations
 
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.live import Live
@@ -18,20 +18,20 @@ from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.cli.security import device_app
 from edgectl.config import load_edgectl_config
-from edgectl.controller import (
-    RolloutOptions, SqliteStore, default_store_path, parse_gate, parse_waves, plan_rollout, submit_rollout,
-)
+from edgectl.controller import RolloutOptions, SqliteStore, parse_gate, parse_waves, plan_rollout, submit_rollout
+from edgectl.controller.engine import FINAL, REQUESTS
 from edgectl.controller.gates import parse_duration, parse_rate
 from edgectl.controller.planner import Plan
+from edgectl.controller.reports import package_info
 
 rollout_app = typer.Typer(help="Follow and steer staged rollouts (run by `edgectl controller run`).", no_args_is_help=True)
 app.add_typer(rollout_app, name="rollout")
 
-FINAL = ("done", "rolled-back", "aborted")
 
 
-def _store(must_exist: bool = True) -> SqliteStore:
-    path = default_store_path()
+def open_store(ctx: typer.Context, must_exist: bool = True) -> SqliteStore:
+    """The store named by the config's ``controller.store`` (default $EDGECTL_HOME/controller.db)."""
+    path = load_edgectl_config(options(ctx).config).controller.store_path()
     if must_exist and not path.exists():
         raise NotFoundError(f"no controller store at {path}: deploy with --fleet first")
     return SqliteStore(path)
@@ -60,7 +60,7 @@ def fleet_deploy(ctx: typer.Context, artifacts: list[Path], selector: str, waves
         _check_downgrade(plan, devices, allow_downgrade)
         if dry_run:
             return _print_plan(plan, as_json)
-        rollout_id = submit_rollout(_store(must_exist=False), plan, opts)
+        rollout_id = submit_rollout(open_store(ctx, must_exist=False), plan, opts)
     if as_json and not wait:
         print_json({"rollout_id": rollout_id, "plan": plan.to_dict()})
         return
@@ -68,7 +68,7 @@ def fleet_deploy(ctx: typer.Context, artifacts: list[Path], selector: str, waves
         console.print(f"rollout {rollout_id}: {len(plan.devices)} device(s) in {plan.waves} wave(s); "
                       f"{len(plan.skipped)} skipped. `edgectl controller run` drives it.")
     if wait:
-        _follow(rollout_id, as_json)
+        _follow(open_store(ctx), rollout_id, as_json)
 
 
 def _check_downgrade(plan: Plan, devices: list[dict[str, Any]], allow: bool) -> None:
@@ -104,10 +104,13 @@ def rollout_summary(store: SqliteStore, rollout_id: str) -> dict[str, Any]:
     return {
         "id": rollout.id, "status": rollout.status, "wave": rollout.wave, "waves": rollout.spec["wave_count"],
         "phase": rollout.phase, "reason": rollout.reason, "created": rollout.created, "selector": rollout.spec["selector"],
-        "gates": rollout.spec["gates"],
-        "packages": [f"{p['name']} v{p['version']} ({p['target']})" for p in rollout.spec["packages"]],
+        "gates": rollout.spec["gates"], "bake_s": rollout.spec["bake_s"], "max_failure": rollout.spec["max_failure"],
+        "packages": [p["label"] for p in rollout.spec["packages"]],
         "devices": [{"device_id": r.device_id, "wave": r.wave, "status": r.status, "state": r.state, "detail": r.detail,
-                     "backend": r.data.get("backend"), "health_p95_ms": r.data.get("health_p95_ms")} for r in rows],
+                     "variant": package_info(rollout, r.variant)["label"] if r.variant else None,
+                     "backend": r.data.get("backend"), "health_p95_ms": r.data.get("health_p95_ms"),
+                     "shadow": r.data.get("shadow")} for r in rows],
+        "skipped": [{"device_id": r.device_id, "reason": r.detail} for r in rows if r.status == "skipped"],
     }
 
 
@@ -120,10 +123,10 @@ def _view(summary: dict[str, Any]) -> Group:
         bars.add_task(f"wave {wave}", total=max(len(rows), 1), completed=done, label=counts)
     table = Table(title=f"rollout {summary['id']}: {summary['status']} (wave {summary['wave']}/{summary['waves']}, {summary['phase']}) {summary['reason']}",
                   title_justify="left", header_style="bold")
-    for column in ("DEVICE", "WAVE", "STATUS", "STATE", "BACKEND", "DETAIL"):
+    for column in ("DEVICE", "WAVE", "VARIANT", "STATUS", "STATE", "BACKEND", "DETAIL"):
         table.add_column(column)
     for d in summary["devices"]:
-        table.add_row(d["device_id"], str(d["wave"]), d["status"], d["state"], str(d["backend"] or ""), d["detail"][:60])
+        table.add_row(d["device_id"], str(d["wave"]), d["variant"] or "-", d["status"], d["state"], str(d["backend"] or ""), d["detail"][:60])
     return Group(bars, table)
 
 
@@ -134,8 +137,7 @@ def _count(rows: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def _follow(rollout_id: str, as_json: bool, timeout_s: float = 24 * 3600) -> None:
-    store = _store()
+def _follow(store: SqliteStore, rollout_id: str, as_json: bool, timeout_s: float = 24 * 3600) -> None:
     deadline = time.monotonic() + timeout_s
     summary = rollout_summary(store, rollout_id)
     if as_json:
@@ -154,9 +156,9 @@ def _follow(rollout_id: str, as_json: bool, timeout_s: float = 24 * 3600) -> Non
 
 
 @rollout_app.command("list")
-def rollout_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def rollout_list(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List rollouts, newest last."""
-    store = _store()
+    store = open_store(ctx)
     rows = [rollout_summary(store, r.id) for r in store.rollouts()]
     if as_json:
         print_json([{k: v for k, v in r.items() if k != "devices"} | {"device_counts": _count(r["devices"])} for r in rows])
@@ -168,25 +170,47 @@ def rollout_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.
 
 @rollout_app.command("status")
 def rollout_status(
+    ctx: typer.Context,
     rollout_id: str = typer.Argument(..., help="Rollout id (see `edgectl rollout list`)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Live view until the rollout ends."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Progress per wave and every device's state; with --follow a live view."""
+    """Progress per wave and every device's state (JSON: with the audit log); with --follow a live view."""
+    store = open_store(ctx)
     if follow:
-        _follow(rollout_id, as_json)
+        _follow(store, rollout_id, as_json)
         return
-    summary = rollout_summary(_store(), rollout_id)
+    summary = rollout_summary(store, rollout_id)
     if as_json:
-        summary["audit"] = _store().audit_log(rollout_id)
+        summary["audit"] = store.audit_log(rollout_id)
         print_json(summary)
     else:
         console.print(_view(summary))
 
 
-def _request(rollout_id: str, action: str, as_json: bool) -> None:
-    store = _store()
+@rollout_app.command("log")
+def rollout_log(
+    ctx: typer.Context,
+    rollout_id: str = typer.Argument(..., help="Rollout id (see `edgectl rollout list`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The audit log: every operator action, controller decision and device transition, oldest first."""
+    store = open_store(ctx)
     rollout_summary(store, rollout_id)
+    entries = store.audit_log(rollout_id, limit=100_000)
+    if as_json:
+        print_json(entries)
+        return
+    print_table(f"rollout {rollout_id}", ["TIME", "ACTOR", "DEVICE", "ACTION", "DETAIL"], [
+        (time.strftime("%H:%M:%S", time.localtime(e["ts"])), e["actor"], e["device_id"], e["action"], e["detail"][:80])
+        for e in entries])
+
+
+def _request(ctx: typer.Context, rollout_id: str, action: str, as_json: bool) -> None:
+    store = open_store(ctx)
+    status = rollout_summary(store, rollout_id)["status"]
+    if status not in REQUESTS[action]:
+        raise UserError(f"cannot {action} rollout {rollout_id}: it is {status} ({action} applies to {' or '.join(REQUESTS[action])})")
     store.request(rollout_id, action)
     store.audit(f"{action} requested", "", rollout_id, actor="operator")
     if as_json:
@@ -196,36 +220,37 @@ def _request(rollout_id: str, action: str, as_json: bool) -> None:
 
 
 @rollout_app.command("pause")
-def rollout_pause(rollout_id: str = typer.Argument(..., help="Rollout id."), as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Stop promoting waves; devices already updating finish."""
-    _request(rollout_id, "pause", as_json)
+def rollout_pause(ctx: typer.Context, rollout_id: str = typer.Argument(..., help="Rollout id."), as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Stop starting and promoting waves; devices already updating finish, gates keep watching."""
+    _request(ctx, rollout_id, "pause", as_json)
 
 
 @rollout_app.command("resume")
-def rollout_resume(rollout_id: str = typer.Argument(..., help="Rollout id."), as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def rollout_resume(ctx: typer.Context, rollout_id: str = typer.Argument(..., help="Rollout id."), as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Continue a paused rollout."""
-    _request(rollout_id, "resume", as_json)
+    _request(ctx, rollout_id, "resume", as_json)
 
 
 @rollout_app.command("abort")
-def rollout_abort(rollout_id: str = typer.Argument(..., help="Rollout id."), as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Stop for good: devices not yet sent (or offline) never get it; installed ones keep it."""
-    _request(rollout_id, "abort", as_json)
+def rollout_abort(ctx: typer.Context, rollout_id: str = typer.Argument(..., help="Rollout id."), as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Stop for good: devices not sent yet (or offline) never get it; devices that took it are rolled back."""
+    _request(ctx, rollout_id, "abort", as_json)
 
 
 @rollout_app.command("retry-failed")
-def rollout_retry(rollout_id: str = typer.Argument(..., help="Rollout id."), as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Send the update again to the devices of started waves that failed."""
-    _request(rollout_id, "retry-failed", as_json)
+def rollout_retry(ctx: typer.Context, rollout_id: str = typer.Argument(..., help="Rollout id."), as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Send the update again to the failed devices of started waves; they join the current wave."""
+    _request(ctx, rollout_id, "retry-failed", as_json)
 
 
 @device_app.command("show")
 def device_show(
+    ctx: typer.Context,
     device_id: str = typer.Argument(..., help="Device id."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """One device: registry record, recent events, latency history (with a terminal sparkline)."""
-    store = _store()
+    store = open_store(ctx)
     row = store.device(device_id)
     if row is None:
         raise NotFoundError(f"device {device_id!r} is not in the controller store (is `edgectl controller run` running?)")

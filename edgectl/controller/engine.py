@@ -1,9 +1,25 @@
-"""Drives rollouts from the store: starts waves, applies device reports, checks gates, halts.
+"""Drives rollouts from the store: starts waves, checks gates, promotes, halts, applies operator requests.
 
 Every decision reads the store and writes it back before acting on the broker, so a controller
 killed at any point resumes where it stopped; the signed desired state of each device is kept
 and republished verbatim (same sequence number) after a broker restart, which agents that
-already took it ignore.
+already took it ignore. Device reports are applied by :class:`edgectl.controller.reports.Reports`.
+
+Rollout statuses::
+
+    running <-> paused            (pause stops wave starts and promotion; gates keep watching)
+    running | paused -> done
+    running | paused -> rolling-back -> rolled-back   (a gate failed: halt)
+    running | paused -> aborting -> aborted           (operator abort)
+
+Halting and aborting do the same to devices: those not sent yet are cancelled (an offline device's
+retained desired state is replaced by an empty one, so it does not catch up later), and those that
+took the new model get a signed ``rollback`` command; no device is left half-way.
+
+Phases of a wave: ``start`` -> ``installing`` -> ``baking`` -> next wave. A phase is one entry of
+``Engine.phases``. With ``--shadow`` the first wave's devices are asked for a shadow run before they
+cut over (the device compares the new model with the serving one and refuses below the agreement
+gate's threshold); their reported agreement is checked while the wave installs.
 """
 
 from __future__ import annotations
@@ -11,87 +27,33 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
-from agent.protocol.messages import DeviceEvent
 from edgectl.controller.gates import DeviceFacts, GateResult, parse_gate
+from edgectl.controller.reports import IN_FLIGHT, Publisher, Reports, package_info, shadow_agreement
 from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
 
-__all__ = ["ACTIVE", "Engine", "Publisher"]
+__all__ = ["ACTIVE", "Engine", "FINAL", "REQUESTS"]
 
 log = logging.getLogger(__name__)
 
-ACTIVE = ("running", "paused", "rolling-back")
-IN_FLIGHT = ("sent", "running")
+ACTIVE = ("running", "paused", "rolling-back", "aborting")
+FINAL = ("done", "rolled-back", "aborted")
 COUNTED_FAILED = ("failed", "rolled-back")
+# Operator requests and the rollout statuses each applies to.
+REQUESTS: dict[str, tuple[str, ...]] = {
+    "pause": ("running",), "resume": ("paused",), "abort": ("running", "paused"), "retry-failed": ("running", "paused", "done"),
+}
 
 
-class Publisher:
-    """How the engine reaches devices; the service implements it over MQTT."""
-
-    def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> Optional[bytes]: ...
-    def send(self, device_id: str, leaf: str, payload: bytes) -> bool: ...
-    def rollback(self, rollout: RolloutRow, device_id: str) -> None: ...
-
-
-class Engine:
+class Engine(Reports):
     def __init__(self, store: SqliteStore, publisher: Publisher, fallback_of: Callable[[Optional[str], str], Optional[bool]],
                  clock: Callable[[], float] = time.time) -> None:
-        self.store = store
-        self.publisher = publisher
+        super().__init__(store, publisher, clock)
         self.fallback_of = fallback_of
-        self.clock = clock
-
-    # -- reports from devices -------------------------------------------------------------------
-
-    def on_event(self, event: DeviceEvent) -> None:
-        for rollout, row in self._rows_for(event.device_id, event.deployment_id, event.status):
-            self._apply(rollout, row, event.status, event.state, event.detail, event.data)
-
-    def on_state(self, device_id: str, state: dict[str, Any]) -> None:
-        """Catch up on reports missed while the controller was down: the retained state tells."""
-        active = state.get("active") or {}
-        if state.get("deployment") is not None:
-            return
-        for rollout, row in self._rows_for(device_id, None, ""):
-            if row.status in IN_FLIGHT + ("deferred",) and active.get("artifact_id") == row.variant:
-                self._apply(rollout, row, "ok", "done", "committed (from the device's state)", {"backend": active.get("backend")})
-            elif row.status == "rollback-sent" and active.get("artifact_id") != row.variant:
-                self._apply(rollout, row, "rolled-back", "rollback", "rolled back (from the device's state)", {})
-
-    def _rows_for(self, device_id: str, deployment_id: Optional[str], status: str) -> list[tuple[RolloutRow, RolloutDevice]]:
-        found = []
-        for rollout in self.store.rollouts():
-            if deployment_id not in (None, rollout.id) and not (status == "rejected" and deployment_id == "none"):
-                continue
-            if rollout.status == "aborted":
-                continue
-            for row in self.store.rollout_devices(rollout.id):
-                if row.device_id == device_id and row.status not in ("skipped", "planned", "cancelled"):
-                    found.append((rollout, row))
-        return found
-
-    def _apply(self, rollout: RolloutRow, row: RolloutDevice, status: str, state: str, detail: str, data: dict[str, Any]) -> None:
-        before = row.status
-        row.state, row.detail = state, detail
-        row.data.update({k: v for k, v in data.items() if v is not None})
-        if status == "ok":
-            row.status = "ok"
-            row.installed_at = row.installed_at or self.clock()
-            p95 = data.get("health_p95_ms")
-            if p95 is not None and data.get("model"):
-                self.store.add_latency(row.device_id, str(data["model"]), int(data.get("version", 0)), float(p95), "health", self.clock())
-        elif status == "rolled-back":
-            row.status = "rolled-back" if before == "rollback-sent" else "failed"
-        elif status in ("failed", "rejected"):
-            row.status = "failed"
-        elif status == "running" and before in ("sent", "deferred"):
-            row.status = "running"
-        self.store.save_rollout_device(row)
-        if row.status != before:
-            self.store.audit(f"device {row.status}", f"{state}: {detail}", rollout.id, row.device_id)
-        if row.status == "ok" and rollout.status in ("rolling-back",):
-            self._roll_back_device(rollout, row)
+        self.phases: dict[str, Callable[[RolloutRow, list[RolloutDevice]], None]] = {
+            "start": self._start_wave, "installing": self._installing, "baking": self._baking,
+        }
 
     # -- operator requests ------------------------------------------------------------------------
 
@@ -99,75 +61,87 @@ class Engine:
         rollout = self.store.rollout(rollout_id)
         if rollout is None:
             return
-        if action == "pause" and rollout.status == "running":
-            rollout.status = "paused"
-        elif action == "resume" and rollout.status == "paused":
-            rollout.status = "running"
-        elif action == "abort" and rollout.status in ACTIVE + ("done",):
-            rollout.status, rollout.reason = "aborted", "aborted by operator"
-            self._cancel_pending(rollout)
-        elif action == "retry-failed" and rollout.status in ("running", "paused", "done"):
-            self._retry_failed(rollout)
-        else:
+        if rollout.status not in REQUESTS.get(action, ()):
             self.store.audit(f"{action} ignored", f"rollout is {rollout.status}", rollout.id, actor="operator")
             return
+        self.store.audit(action, f"was {rollout.status}", rollout.id, actor="operator")
+        if action == "pause":
+            rollout.status = "paused"
+        elif action == "resume":
+            rollout.status = "running"
+        elif action == "abort":
+            return self._stop(rollout, "aborting", "aborted by operator")
+        elif action == "retry-failed":
+            self._retry_failed(rollout)
         self.store.save_rollout(rollout)
-        self.store.audit(action, rollout.status, rollout.id, actor="operator")
 
     def _retry_failed(self, rollout: RolloutRow) -> None:
-        for row in self.store.rollout_devices(rollout.id):
-            if row.status == "failed" and row.wave <= rollout.wave:
-                row.desired = self.publisher.desired(rollout, row)
-                row.status, row.detail = "sent", "retry"
-                self.store.save_rollout_device(row)
-                self.store.audit("device retry", "", rollout.id, row.device_id)
+        """Send the update again to failed devices of started waves; they join the current wave."""
+        rows = [r for r in self.store.rollout_devices(rollout.id) if r.status == "failed" and r.wave <= rollout.wave]
+        for row in rows:
+            row.wave, row.installed_at = rollout.wave, None
+            self._send(rollout, row, "retry")
+        if rows and rollout.phase != "start":
+            self._phase(rollout, "installing")
         if rollout.status == "done":
-            rollout.status = "running"
+            rollout.status, rollout.reason = "running", f"retrying {len(rows)} failed device(s)"
 
     # -- the tick ---------------------------------------------------------------------------------
 
     def tick(self) -> None:
         for rollout in self.store.rollouts(ACTIVE):
-            if rollout.status == "running":
-                self._advance(rollout)
-            elif rollout.status == "rolling-back":
-                self._finish_rollback(rollout)
-
-    def _advance(self, rollout: RolloutRow) -> None:
-        rows = [r for r in self.store.rollout_devices(rollout.id) if r.wave == rollout.wave]
-        if rollout.phase == "start":
-            self._start_wave(rollout, rows)
-        elif rollout.phase == "installing":
-            self._installing(rollout, rows)
-        elif rollout.phase == "baking":
-            self._baking(rollout, rows)
+            if rollout.status in ("running", "paused"):
+                rows = [r for r in self.store.rollout_devices(rollout.id) if r.wave == rollout.wave]
+                self.phases[rollout.phase](rollout, rows)
+            else:
+                self._finish_stop(rollout)
 
     def _start_wave(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
+        if rollout.status != "running":
+            return
         for row in rows:
-            if row.status != "planned":
-                continue
-            device = self.store.device(row.device_id)
-            active = ((device.state if device else {}) or {}).get("active") or {}
-            row.previous = {"name": active.get("name"), "version": active.get("version"), "artifact_id": active.get("artifact_id")}
-            row.desired = self.publisher.desired(rollout, row)
-            row.status = "sent" if device is not None and device.online else "deferred"
-            self.store.save_rollout_device(row)
-            self.store.audit(f"device {row.status}", "desired state published", rollout.id, row.device_id)
+            if row.status == "planned":
+                self._supersede(rollout, row.device_id)
+                device = self.store.device(row.device_id)
+                active = ((device.state if device else {}) or {}).get("active") or {}
+                row.previous = {"name": active.get("name"), "version": active.get("version"), "artifact_id": active.get("artifact_id")}
+                self._send(rollout, row, "desired state published")
         self._phase(rollout, "installing")
         self.store.audit("wave started", f"wave {rollout.wave}: {len(rows)} device(s)", rollout.id)
 
+    def _send(self, rollout: RolloutRow, row: RolloutDevice, why: str) -> None:
+        """Publish the device's desired state; an offline device is deferred: it takes it when it returns."""
+        device = self.store.device(row.device_id)
+        row.desired = self.publisher.desired(rollout, row)
+        row.status = "sent" if device is not None and device.online else "deferred"
+        row.detail = why
+        self.store.save_rollout_device(row)
+        self.store.audit(f"device {row.status}", why, rollout.id, row.device_id)
+
+    def _supersede(self, rollout: RolloutRow, device_id: str) -> None:
+        """A newer desired state replaces what an older rollout sent and the device has not finished."""
+        for row in self.store.device_rollouts(device_id):
+            if row.rollout_id != rollout.id and row.status in IN_FLIGHT + ("deferred",):
+                row.status, row.detail = "superseded", f"by rollout {rollout.id}"
+                self.store.save_rollout_device(row)
+                self.store.audit("device superseded", row.detail, row.rollout_id, device_id)
+
     def _installing(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         spec, now = rollout.spec, self.clock()
-        timed_out = now - rollout.phase_since > float(spec["wave_timeout_s"])
-        for row in rows:
-            if row.status in IN_FLIGHT and timed_out:
-                row.status, row.detail = "failed", f"no final report within {spec['wave_timeout_s']:.0f}s"
-                self.store.save_rollout_device(row)
-                self.store.audit("device failed", row.detail, rollout.id, row.device_id)
-        counted = [r for r in rows if r.status not in ("deferred",)]
+        if now - rollout.phase_since > float(spec["wave_timeout_s"]):
+            for row in rows:
+                if row.status in IN_FLIGHT:
+                    row.status, row.detail = "failed", f"no final report within {spec['wave_timeout_s']:.0f}s"
+                    self.store.save_rollout_device(row)
+                    self.store.audit("device failed", row.detail, rollout.id, row.device_id)
+        disagreement = self._shadow_verdict(rollout, rows)
+        if disagreement:
+            return self._stop(rollout, "rolling-back", disagreement)
+        counted = [r for r in rows if r.status != "deferred"]
         failed = sum(r.status in COUNTED_FAILED for r in counted)
         if counted and failed > math.floor(float(spec["max_failure"]) * len(counted)):
-            return self._halt(rollout, f"wave {rollout.wave}: failure_rate {failed}/{len(counted)} exceeds {spec['max_failure'] * 100:.1f}%")
+            return self._stop(rollout, "rolling-back",
+                              f"wave {rollout.wave}: failure_rate {failed}/{len(counted)} exceeds {spec['max_failure'] * 100:.1f}%")
         if all(r.status not in IN_FLIGHT for r in rows):
             self._phase(rollout, "baking")
             self.store.audit("wave installed", f"wave {rollout.wave}: baking {spec['bake_s']:.0f}s", rollout.id)
@@ -176,8 +150,8 @@ class Engine:
         results = self.check_gates(rollout, rows)
         failing = [r for r in results if not r.holds]
         if failing:
-            return self._halt(rollout, f"wave {rollout.wave}: gate {failing[0].gate!r} failed ({failing[0].detail})")
-        if self.clock() - rollout.phase_since < float(rollout.spec["bake_s"]):
+            return self._stop(rollout, "rolling-back", f"wave {rollout.wave}: gate {failing[0].gate!r} failed ({failing[0].detail})")
+        if rollout.status != "running" or self.clock() - rollout.phase_since < float(rollout.spec["bake_s"]):
             return
         self.store.audit("wave promoted", "; ".join(f"{r.gate}: {r.detail}" for r in results), rollout.id)
         if rollout.wave >= int(rollout.spec["wave_count"]):
@@ -188,6 +162,8 @@ class Engine:
             rollout.wave += 1
             self._phase(rollout, "start")
 
+    # -- gates ------------------------------------------------------------------------------------
+
     def check_gates(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> list[GateResult]:
         facts = [self._facts(rollout, r) for r in rows]
         for fact, row in zip(facts, rows):
@@ -197,16 +173,28 @@ class Engine:
                 self.store.audit("device failed", row.detail, rollout.id, row.device_id)
         return [parse_gate(text).check(facts) for text in rollout.spec["gates"]]
 
+    def _shadow_verdict(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> Optional[str]:
+        """Canaries report their shadow run before cut-over: a failing agreement gate halts the wave at once."""
+        if not rollout.spec.get("shadow"):
+            return None
+        facts = [DeviceFacts(r.device_id, r.status, agreement=shadow_agreement(r)) for r in rows]
+        for gate in (parse_gate(text) for text in rollout.spec["gates"]):
+            result = gate.check(facts) if gate.metric == "agreement" else None
+            if result is not None and not result.holds:
+                return f"wave {rollout.wave}: gate {result.gate!r} failed ({result.detail}, shadow run before cut-over)"
+        return None
+
     def _facts(self, rollout: RolloutRow, row: RolloutDevice) -> DeviceFacts:
-        fact = DeviceFacts(row.device_id, row.status, agreement=row.data.get("agreement"))
+        fact = DeviceFacts(row.device_id, row.status, agreement=shadow_agreement(row))
         if row.status != "ok":
             return fact
         device = self.store.device(row.device_id)
-        package = next(p for p in rollout.spec["packages"] if p["artifact_id"] == row.variant)
+        package = package_info(rollout, row.variant)
         now = self.clock()
         if device is not None:
-            heard = max(device.telemetry_ts or 0.0, row.installed_at or now)
-            fact.silent_s = math.inf if device.online is False else max(0.0, now - heard)
+            # Offline or not, what counts is how long nothing was heard since the install.
+            heard = max(device.telemetry_ts or 0.0, device.last_seen or 0.0, row.installed_at or now)
+            fact.silent_s = max(0.0, now - heard)
             stats = (device.telemetry.get("models") or {}).get(package["name"]) or {}
             if str(stats.get("version")) == str(package["version"]):
                 fact.requests, fact.errors = int(stats.get("requests", 0)), int(stats.get("errors", 0))
@@ -214,12 +202,13 @@ class Engine:
         fact.p95_ms, fact.latency_ratio = self._latency(row, package)
         return fact
 
-    def _latency(self, row: RolloutDevice, package: dict[str, Any]) -> tuple[Optional[float], Optional[float]]:
+    def _latency(self, row: RolloutDevice, package: dict[str, object]) -> tuple[Optional[float], Optional[float]]:
         """(new p95, new / previous p95), comparing like with like: telemetry, else health checks."""
         prev = row.previous
         new_p95 = None
         for source in ("telemetry", "health"):
-            new = [x for x in self.store.latency(row.device_id, package["name"], int(package["version"]), since=(row.installed_at or 0) - 1) if x["source"] == source]
+            new = [x for x in self.store.latency(row.device_id, str(package["name"]), int(str(package["version"])),
+                                                 since=(row.installed_at or 0) - 1) if x["source"] == source]
             if not new:
                 continue
             new_p95 = new_p95 if new_p95 is not None else new[-1]["p95_ms"]
@@ -230,41 +219,42 @@ class Engine:
                 return new[-1]["p95_ms"], new[-1]["p95_ms"] / old[-1]["p95_ms"]
         return new_p95, None
 
-    # -- halting ----------------------------------------------------------------------------------
+    # -- halting and aborting ---------------------------------------------------------------------
 
-    def _halt(self, rollout: RolloutRow, reason: str) -> None:
-        rollout.status, rollout.reason = "rolling-back", reason
-        self.store.save_rollout(rollout)
-        self.store.audit("rollout halted", reason, rollout.id)
-        log.warning("rollout %s halted: %s", rollout.id, reason)
-        self._cancel_pending(rollout)
+    def _stop(self, rollout: RolloutRow, status: str, reason: str) -> None:
+        """Halt (a gate failed) or abort: cancel what was not taken, roll back what was."""
+        rollout.status, rollout.reason = status, reason
+        self._phase(rollout, "rollback")
+        self.store.audit("rollout halted" if status == "rolling-back" else "rollout aborting", reason, rollout.id)
+        log.warning("rollout %s %s: %s", rollout.id, status, reason)
         for row in self.store.rollout_devices(rollout.id):
-            if row.status == "ok":
-                self._roll_back_device(rollout, row)
-
-    def _roll_back_device(self, rollout: RolloutRow, row: RolloutDevice) -> None:
-        self.publisher.rollback(rollout, row.device_id)
-        row.status = "rollback-sent"
-        self.store.save_rollout_device(row)
-        self.store.audit("device rollback-sent", "", rollout.id, row.device_id)
-
-    def _cancel_pending(self, rollout: RolloutRow) -> None:
-        for row in self.store.rollout_devices(rollout.id):
-            if row.status in ("planned", "deferred"):
-                if row.status == "deferred":  # replace the retained desired state it has not taken
-                    self.publisher.desired(rollout, row, cancel=True)
-                row.status = "cancelled"
+            if row.status == "planned":
+                self._set(rollout, row, "cancelled", "never sent")
+            elif row.status == "deferred":  # replace the retained desired state it has not taken
+                row.desired = self.publisher.desired(rollout, row, cancel=True)
+                self._set(rollout, row, "cancelled", "offline: its desired state was withdrawn")
+            elif row.status in IN_FLIGHT:
+                # Not taken yet: withdraw the retained desired state; if it still commits, it is rolled back then.
+                row.desired = self.publisher.desired(rollout, row, cancel=True)
                 self.store.save_rollout_device(row)
-                self.store.audit("device cancelled", "", rollout.id, row.device_id)
+            elif self.took(row):
+                self.roll_back(rollout, row)
 
-    def _finish_rollback(self, rollout: RolloutRow) -> None:
+    def _set(self, rollout: RolloutRow, row: RolloutDevice, status: str, detail: str) -> None:
+        row.status, row.detail = status, detail
+        self.store.save_rollout_device(row)
+        self.store.audit(f"device {status}", detail, rollout.id, row.device_id)
+
+    def _finish_stop(self, rollout: RolloutRow) -> None:
+        """Wait for rollbacks and in-flight installs to report, up to the wave timeout."""
         rows = self.store.rollout_devices(rollout.id)
         waiting = [r for r in rows if r.status in ("rollback-sent",) + IN_FLIGHT]
-        if waiting and self.clock() - rollout.updated < float(rollout.spec["wave_timeout_s"]):
+        if waiting and self.clock() - rollout.phase_since < float(rollout.spec["wave_timeout_s"]):
             return
-        rollout.status = "rolled-back"
+        rollout.status = "rolled-back" if rollout.status == "rolling-back" else "aborted"
         self.store.save_rollout(rollout)
-        self.store.audit("rollout rolled-back", f"{len(waiting)} device(s) did not confirm", rollout.id)
+        detail = f"{len(waiting)} device(s) did not confirm: {', '.join(r.device_id for r in waiting[:10])}" if waiting else "every device confirmed"
+        self.store.audit(f"rollout {rollout.status}", detail, rollout.id)
 
     def _phase(self, rollout: RolloutRow, phase: str) -> None:
         rollout.phase, rollout.phase_since = phase, self.clock()

@@ -52,7 +52,7 @@ class DeviceFacts:
     status: str
     latency_ratio: Optional[float] = None
     p95_ms: Optional[float] = None
-    silent_s: Optional[float] = None  # since its last report after install; inf when offline
+    silent_s: Optional[float] = None  # since it was last heard from (any message) after install
     fallback: Optional[bool] = None
     requests: int = 0
     errors: int = 0

@@ -3,10 +3,16 @@
 Waves are cumulative sizes: ``1,10%,50%,100%`` over 40 devices gives waves of 1, 3, 16 and 20
 devices. Online devices come first so the canary wave is made of devices that can answer; the
 last wave always reaches every matching device.
+
+A variant is one signed manifest, keyed by its sha256 (:func:`variant_id`), not by the payload's
+artifact id: packages built for several targets from one model often carry byte-identical payloads
+(same artifact id, same chunks, sent once on the shared artifact topic) but different manifests,
+and each device must get the manifest of its own target.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -14,7 +20,7 @@ from typing import Any, Optional, Sequence
 from agent.errors import UserError
 from edgectl.package import Package
 
-__all__ = ["Plan", "PlannedDevice", "choose_variant", "parse_waves", "plan_rollout"]
+__all__ = ["Plan", "PlannedDevice", "check_variants", "choose_variant", "parse_waves", "plan_rollout", "variant_id", "variant_label"]
 
 # Assumptions for the duration estimate (docs/fleet.md): broker fan-out throughput and the
 # agent's verify + stage + activate + health time.
@@ -26,7 +32,7 @@ INSTALL_S = 15.0
 class PlannedDevice:
     device_id: str
     wave: int  # 1-based; 0 when skipped
-    variant: Optional[str]  # artifact id
+    variant: Optional[str]  # variant_id of its package
     target: Optional[str]
     reason: str = ""
 
@@ -34,7 +40,7 @@ class PlannedDevice:
 @dataclass
 class Plan:
     devices: list[PlannedDevice]
-    packages: dict[str, Package]  # artifact id -> package
+    packages: dict[str, Package]  # variant id -> package
     bake_s: float
     waves: int = 0
     skipped: list[PlannedDevice] = field(default_factory=list)
@@ -43,9 +49,9 @@ class Plan:
         return [d for d in self.devices if d.wave == wave]
 
     def wave_bytes(self, wave: int) -> int:
-        """Bytes the broker sends for a wave: each variant's payload once, fanned out to all."""
-        variants = {d.variant for d in self.wave_devices(wave) if d.variant}
-        return sum(self.packages[v].manifest.payload.size for v in variants)
+        """Bytes the broker sends for a wave: each distinct payload once, fanned out to all."""
+        payloads = {self.packages[d.variant].manifest.payload for d in self.wave_devices(wave) if d.variant}
+        return sum(p.size for p in payloads)
 
     def estimated_s(self) -> float:
         return sum(self.wave_bytes(w) / TRANSFER_BYTES_PER_S + INSTALL_S + self.bake_s for w in range(1, self.waves + 1))
@@ -54,7 +60,7 @@ class Plan:
         return {
             "waves": [
                 {"wave": w, "devices": [{"device_id": d.device_id, "target": d.target,
-                                         "variant": _label(self.packages[d.variant]) if d.variant else None}
+                                         "variant": variant_label(self.packages[d.variant]) if d.variant else None}
                                         for d in self.wave_devices(w)],
                  "bytes": self.wave_bytes(w)}
                 for w in range(1, self.waves + 1)
@@ -66,7 +72,12 @@ class Plan:
         }
 
 
-def _label(package: Package) -> str:
+def variant_id(package: Package) -> str:
+    """sha256 of the signed manifest: what tells two variants apart when their payloads are equal."""
+    return hashlib.sha256(package.envelope.payload).hexdigest()
+
+
+def variant_label(package: Package) -> str:
     m = package.manifest
     return f"{m.name} v{m.version} ({m.target.name})"
 
@@ -84,7 +95,7 @@ def parse_waves(text: str) -> list[str]:
 
 
 def _cumulative(parts: Sequence[str], total: int) -> list[int]:
-    sizes = []
+    sizes: list[int] = []
     for p in parts:
         n = math.ceil(float(p[:-1]) / 100 * total) if p.endswith("%") else int(float(p))
         sizes.append(min(max(n, sizes[-1] if sizes else 0), total))
@@ -101,10 +112,33 @@ def choose_variant(target: Optional[str], packages: Sequence[Package]) -> Option
     return next((p for p in packages if p.manifest.target.name == "any"), None)
 
 
+def check_variants(packages: Sequence[Package]) -> dict[str, Package]:
+    """One package per target, all of one model; the same package given twice counts once."""
+    by_variant = {variant_id(p): p for p in packages}
+    names = sorted({p.manifest.name for p in by_variant.values()})
+    if len(names) > 1:
+        raise UserError(f"the packages of one rollout are variants of one model: got {', '.join(map(repr, names))}")
+    targets: dict[str, Package] = {}
+    payloads: dict[str, Package] = {}
+    for package in by_variant.values():
+        # Equal payloads share one artifact topic, so they must be cut into the same chunks.
+        same = payloads.setdefault(package.manifest.artifact_id, package)
+        if same.manifest.payload.chunk_size != package.manifest.payload.chunk_size:
+            raise UserError(f"{same.path.name} and {package.path.name} carry the same payload in different chunk sizes: "
+                            "build them with the same --chunk-size")
+        target = package.manifest.target.name
+        if target in targets:
+            raise UserError(f"two packages for target {target!r} ({targets[target].path.name}, {package.path.name}): "
+                            "give one package per target")
+        targets[target] = package
+    return by_variant
+
+
 def plan_rollout(devices: Sequence[dict[str, Any]], packages: Sequence[Package], waves: str, bake_s: float) -> Plan:
     """Assign each selected device (registry rows) a variant and a wave."""
-    by_artifact = {p.manifest.artifact_id: p for p in packages}
-    plan = Plan([], by_artifact, bake_s)
+    by_variant = check_variants(packages)
+    packages = list(by_variant.values())
+    plan = Plan([], by_variant, bake_s)
     eligible = []
     for d in devices:
         package = choose_variant(d.get("target"), packages)
@@ -117,6 +151,6 @@ def plan_rollout(devices: Sequence[dict[str, Any]], packages: Sequence[Package],
     start = 0
     for wave, end in enumerate(_cumulative(parse_waves(waves), len(eligible)), start=1):
         for d, package in eligible[start:end]:
-            plan.devices.append(PlannedDevice(d["device_id"], wave, package.manifest.artifact_id, d.get("target")))
+            plan.devices.append(PlannedDevice(d["device_id"], wave, variant_id(package), d.get("target")))
         start, plan.waves = end, wave
     return plan

@@ -14,7 +14,7 @@ import threading
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -24,6 +24,7 @@ from agent.protocol.envelope import TrustedKeys
 from agent.transport import Message, MqttTransport
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from edgectl.controller.engine import ACTIVE, Engine
+from edgectl.controller.reports import package_info, shadow_threshold
 from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
 from edgectl.direct_deploy import signed_command, signed_desired
 from edgectl.package import Package, read_package
@@ -78,31 +79,35 @@ class Controller:
 
     # -- Publisher for the engine -----------------------------------------------------------------
 
-    def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> Optional[bytes]:
+    def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> bytes:
         package = None if cancel else self._package(rollout, row.variant)
-        payload = signed_desired(self.key, row.device_id, rollout.id, package, bool(rollout.spec.get("allow_downgrade")))
+        payload = signed_desired(self.key, row.device_id, rollout.id, package, bool(rollout.spec.get("allow_downgrade")),
+                                 None if cancel else shadow_threshold(rollout, row))
         self.send(row.device_id, "desired", payload)
         return payload
 
-    def rollback(self, rollout: RolloutRow, device_id: str) -> None:
-        self.send(device_id, "commands", signed_command(self.key, device_id, "rollback", {"deployment_id": rollout.id}))
-        self.send(device_id, "desired", signed_desired(self.key, device_id, rollout.id, None))
+    def rollback(self, rollout: RolloutRow, device_id: str) -> tuple[bool, bytes]:
+        acked = self.send(device_id, "commands", signed_command(self.key, device_id, "rollback", {"deployment_id": rollout.id}))
+        desired = signed_desired(self.key, device_id, rollout.id, None)
+        self.send(device_id, "desired", desired)
+        return acked, desired
 
     def send(self, device_id: str, leaf: str, payload: bytes) -> bool:
         ok = self.transport.publish(topics.device(device_id, leaf), payload, qos=1, retain=leaf == "desired", wait=5.0)
-        if not ok:  # republished from the store when the broker is back
+        if not ok:  # desired states are republished from the store, rollbacks resent, when the broker is back
             log.warning("broker did not take %s for %s", leaf, device_id)
         return ok
 
-    def _package(self, rollout: RolloutRow, artifact_id: str) -> Package:
-        if artifact_id not in self.packages:
-            info = next(p for p in rollout.spec["packages"] if p["artifact_id"] == artifact_id)
-            (self._cache / artifact_id).mkdir(parents=True, exist_ok=True)
-            package = read_package(Path(info["path"]), self.trusted, self._cache / artifact_id)
-            self.packages[artifact_id] = package
+    def _package(self, rollout: RolloutRow, variant: str) -> Package:
+        if variant not in self.packages:
+            info = package_info(rollout, variant)
+            (self._cache / variant).mkdir(parents=True, exist_ok=True)
+            package = read_package(Path(info["path"]), self.trusted, self._cache / variant)
+            self.packages[variant] = package
             m = package.manifest
+            # Variants with equal payloads share one artifact: serving it again changes nothing.
             self.server.serve(ServedArtifact(m.artifact_id, package.payload, m.payload.chunk_size, len(m.payload.chunks)))
-        return self.packages[artifact_id]
+        return self.packages[variant]
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -111,13 +116,15 @@ class Controller:
             self.transport.subscribe(topics.device("+", leaf), 1)
         self.transport.connect()
         self.server.start()
-        self.store.audit("controller started", str(self.store.path))
+        self.store.audit("controller started", f"store {self.store.path}")
         next_tick = 0.0
         while not self.stopping.is_set():
             self._drain(time.monotonic() + self.tick_s / 2)
             if self._reconnected.is_set():
                 self._reconnected.clear()
-                self._republish()
+                count = self.engine.republish()
+                if count:
+                    self.store.audit("desired states republished", f"{count} after (re)connect")
             if time.monotonic() >= next_tick:
                 for rollout_id, action in self.store.take_requests():
                     self.engine.request(rollout_id, action)
@@ -140,7 +147,7 @@ class Controller:
                     break
         if not batch:
             return
-        followups = []
+        followups: list[tuple[str, Any]] = []
         with self.store.batch():
             for message in batch:
                 self.messages += 1
@@ -152,27 +159,19 @@ class Controller:
                 except EdgeError as exc:
                     log.warning("ignored %s: %s", message.topic, exc)
                     continue
+                if message.topic.endswith("/birth") and not message.retain:  # a live birth: it just connected
+                    followups.append(("birth", topics.parse_device_topic(message.topic).device_id))
                 if result is not None:
                     followups.append(result)
             for kind, value in followups:
                 if kind == "event":
                     self.engine.on_event(value)
+                elif kind == "birth":
+                    self.engine.on_birth(value)
                 else:
                     self.engine.on_state(*value)
 
     def _serve_active(self) -> None:
         for rollout in self.store.rollouts(ACTIVE + ("done",)):
             for info in rollout.spec["packages"]:
-                if info["artifact_id"] not in self.packages:
-                    self._package(rollout, info["artifact_id"])
-
-    def _republish(self) -> None:
-        """After a (re)connect, put back every kept desired state: a restarted broker lost them."""
-        count = 0
-        for rollout in self.store.rollouts(ACTIVE + ("done",)):
-            for row in self.store.rollout_devices(rollout.id):
-                if row.desired is not None and row.status in ("sent", "running", "deferred", "ok"):
-                    self.send(row.device_id, "desired", row.desired)
-                    count += 1
-        if count:
-            self.store.audit("desired states republished", f"{count} after (re)connect")
+                self._package(rollout, info["variant"])

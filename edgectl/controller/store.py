@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS rollout_devices(
     rollout_id TEXT, device_id TEXT, wave INTEGER, variant TEXT, status TEXT, state TEXT,
     detail TEXT, data TEXT, desired BLOB, previous TEXT, installed_at REAL, updated REAL,
     PRIMARY KEY(rollout_id, device_id));
+CREATE INDEX IF NOT EXISTS rollout_devices_device ON rollout_devices(device_id);
 CREATE TABLE IF NOT EXISTS audit(
     id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, actor TEXT, rollout_id TEXT, device_id TEXT,
     action TEXT, detail TEXT);
@@ -61,10 +62,10 @@ class RolloutRow:
 
     id: str
     created: float
-    status: str  # running | paused | rolling-back | rolled-back | aborted | done
+    status: str  # running | paused | rolling-back | aborting | rolled-back | aborted | done
     spec: dict[str, Any]
     wave: int = 0
-    phase: str = "start"  # start | installing | baking
+    phase: str = "start"  # start | installing | baking | rollback (after a halt or an abort)
     phase_since: float = 0.0
     reason: str = ""
     updated: float = 0.0
@@ -77,8 +78,9 @@ class RolloutDevice:
     rollout_id: str
     device_id: str
     wave: int
-    variant: str  # artifact id of the package this device gets ("" when skipped)
-    status: str  # planned|skipped|sent|deferred|running|ok|failed|rollback-sent|rolled-back|cancelled
+    variant: str  # variant id (manifest sha256) of the package this device gets ("" when skipped)
+    # planned|skipped|sent|deferred|running|ok|failed|rollback-sent|rolled-back|cancelled|superseded
+    status: str
     state: str = ""
     detail: str = ""
     data: dict[str, Any] = field(default_factory=dict)
@@ -104,6 +106,7 @@ class Store(Protocol):
     def rollout(self, rollout_id: str) -> Optional[RolloutRow]: ...
     def rollouts(self, statuses: Optional[tuple[str, ...]] = None) -> list[RolloutRow]: ...
     def rollout_devices(self, rollout_id: str) -> list[RolloutDevice]: ...
+    def device_rollouts(self, device_id: str) -> list[RolloutDevice]: ...
     def save_rollout_device(self, row: RolloutDevice) -> None: ...
     def audit(self, action: str, detail: str = "", rollout_id: str = "", device_id: str = "", actor: str = "controller") -> None: ...
     def audit_log(self, rollout_id: Optional[str] = None, device_id: Optional[str] = None, limit: int = 1000) -> list[dict[str, Any]]: ...
@@ -220,12 +223,20 @@ class SqliteStore:
 
     def rollout_devices(self, rollout_id: str) -> list[RolloutDevice]:
         rows = self._db().execute("SELECT * FROM rollout_devices WHERE rollout_id=? ORDER BY wave, device_id", (rollout_id,))
-        return [
-            RolloutDevice(r["rollout_id"], r["device_id"], r["wave"], r["variant"], r["status"], r["state"] or "",
-                          r["detail"] or "", json.loads(r["data"] or "{}"), r["desired"], json.loads(r["previous"] or "{}"),
-                          r["installed_at"], r["updated"])
-            for r in rows.fetchall()
-        ]
+        return [self._rollout_device(r) for r in rows.fetchall()]
+
+    def device_rollouts(self, device_id: str) -> list[RolloutDevice]:
+        """One device's rows in every rollout, oldest rollout first."""
+        rows = self._db().execute(
+            "SELECT d.* FROM rollout_devices d JOIN rollouts r ON r.id = d.rollout_id WHERE d.device_id=? ORDER BY r.created",
+            (device_id,))
+        return [self._rollout_device(r) for r in rows.fetchall()]
+
+    @staticmethod
+    def _rollout_device(r: sqlite3.Row) -> RolloutDevice:
+        return RolloutDevice(r["rollout_id"], r["device_id"], r["wave"], r["variant"], r["status"], r["state"] or "",
+                             r["detail"] or "", json.loads(r["data"] or "{}"), r["desired"], json.loads(r["previous"] or "{}"),
+                             r["installed_at"], r["updated"])
 
     def save_rollout_device(self, row: RolloutDevice) -> None:
         row.updated = time.time()
@@ -242,7 +253,8 @@ class SqliteStore:
                            (time.time(), actor, rollout_id, device_id, action, detail))
 
     def audit_log(self, rollout_id: Optional[str] = None, device_id: Optional[str] = None, limit: int = 1000) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM audit WHERE 1=1", []
+        sql = "SELECT * FROM audit WHERE 1=1"
+        args: list[Any] = []
         if rollout_id:
             sql, args = sql + " AND rollout_id=?", args + [rollout_id]
         if device_id:

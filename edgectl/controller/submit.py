@@ -6,22 +6,15 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from edgectl.controller.gates import parse_gate
-from edgectl.controller.planner import Plan
+from edgectl.controller.planner import Plan, variant_label
 from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
-from edgectl.home import edgectl_home
 
-__all__ = ["RolloutOptions", "default_store_path", "submit_rollout"]
+__all__ = ["RolloutOptions", "submit_rollout"]
 
 DEFAULT_SILENCE = "silence <= 60s"
-
-
-def default_store_path() -> Path:
-    """``$EDGECTL_HOME/controller.db`` (a ``controller.store`` config key is planned)."""
-    return edgectl_home() / "controller.db"
 
 
 @dataclass(frozen=True)
@@ -53,13 +46,13 @@ def submit_rollout(store: SqliteStore, plan: Plan, options: RolloutOptions) -> s
     keep = store.path.parent / "packages"
     keep.mkdir(parents=True, exist_ok=True)
     packages: list[dict[str, Any]] = []
-    for artifact_id, package in plan.packages.items():
-        path = keep / f"{artifact_id}.edgepkg"
+    for variant, package in plan.packages.items():
+        path = keep / f"{variant}.edgepkg"
         if not path.exists():
             shutil.copyfile(package.path, path)
         m = package.manifest
-        packages.append({"artifact_id": artifact_id, "name": m.name, "version": m.version, "target": m.target.name,
-                         "path": str(path), "size": m.payload.size})
+        packages.append({"variant": variant, "artifact_id": m.artifact_id, "name": m.name, "version": m.version,
+                         "target": m.target.name, "label": variant_label(package), "path": str(path), "size": m.payload.size})
     gates, silence_s = _gates(options)
     spec = {
         "selector": options.selector, "packages": packages, "wave_count": plan.waves, "max_failure": options.max_failure,

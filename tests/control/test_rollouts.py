@@ -2,35 +2,25 @@
 
 from __future__ import annotations
 
-import json
-
 from tests.control.conftest import ControlPlane
 from tests.fleet import wait_for
-
-
-def _deploy(plane: ControlPlane, *args: str) -> str:
-    result = plane.edgectl("deploy", *args, "--json", check=True)
-    return json.loads(result.stdout)["rollout_id"]
-
-
-def _ended(plane: ControlPlane, rollout_id: str) -> dict:
-    return wait_for(lambda: (r := plane.rollout(rollout_id))["status"] in ("done", "rolled-back", "aborted") and r, 90, f"{rollout_id} to end")
 
 
 def test_good_package_reaches_20_agents_in_3_waves_then_slow_model_halts_and_rolls_back(plane: ControlPlane) -> None:
     plane.agents(20, latency_factor={"clf@2": 2.0})
     plane.start_controller()
+    plane.wait_devices(20)
     v1 = plane.package("clf", 1, seed=1)
-    rid = _deploy(plane, str(v1), "--fleet", "all", "--waves", "2,50%,100%", "--bake", "1s")
-    first = _ended(plane, rid)
+    rid = plane.deploy(str(v1), "--fleet", "all", "--waves", "2,50%,100%", "--bake", "1s")
+    first = plane.ended(rid, timeout=90)
     assert first["status"] == "done", first
     assert sorted({d["wave"] for d in first["devices"]}) == [1, 2, 3]
     assert all(d["status"] == "ok" for d in first["devices"])
     wait_for(lambda: all(a.active and a.active["version"] == 1 for a in plane.fleet.agents.values()), 10, "all on v1")
 
     v2 = plane.package("clf", 2, seed=1, extra_matmuls=4)
-    rid2 = _deploy(plane, str(v2), "--fleet", "all", "--waves", "2,50%,100%", "--bake", "3s", "--gate", "p95_latency <= 1.2x")
-    second = _ended(plane, rid2)
+    rid2 = plane.deploy(str(v2), "--fleet", "all", "--waves", "2,50%,100%", "--bake", "3s", "--gate", "p95_latency <= 1.2x")
+    second = plane.ended(rid2, timeout=90)
     assert second["status"] == "rolled-back", second
     assert "p95_latency" in second["reason"] and "wave 1" in second["reason"]
     waves = {d["device_id"]: d for d in second["devices"]}

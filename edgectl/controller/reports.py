@@ -1,0 +1,193 @@
+"""Applying what devices report to their rollout rows: events, retained state, reconnects.
+
+Reports are idempotent (QoS 1 redelivers): a row changes only on a real transition, and a
+rollback command, which agents do not treat idempotently (a second one drops the previous model
+too), is sent again only when the device's own state shows it still runs the new model after a
+reconnect, or when the broker never acknowledged the first one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Optional, Protocol
+
+from agent.protocol.envelope import Envelope
+from agent.protocol.messages import DeviceEvent
+from edgectl.controller.gates import parse_gate
+from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
+
+__all__ = ["IN_FLIGHT", "Publisher", "Reports", "desired_seq", "package_info", "runs", "shadow_agreement", "shadow_threshold"]
+
+IN_FLIGHT = ("sent", "running")
+UNSENT = ("skipped", "planned", "cancelled", "superseded")
+# A rollout in one of these no longer wants its model anywhere: a device that commits it is rolled back.
+STOPPED = ("rolling-back", "aborting", "rolled-back", "aborted")
+REPLAY = "stale or replayed"  # how agents word the rejection of a message they already hold
+
+
+class Publisher(Protocol):
+    """How the engine reaches devices; the service implements it over MQTT."""
+
+    def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> bytes:
+        """Publish (retained) and return the signed desired state: the row's variant, or none when cancelling."""
+
+    def rollback(self, rollout: RolloutRow, device_id: str) -> tuple[bool, bytes]:
+        """Send a signed rollback command and an empty desired state: (command acknowledged, desired state)."""
+
+    def send(self, device_id: str, leaf: str, payload: bytes) -> bool:
+        """Publish to one device's topic; False when the broker did not take it."""
+
+
+def package_info(rollout: RolloutRow, variant: str) -> dict[str, Any]:
+    """The spec's entry for one variant (name, version, target, artifact_id, path, label)."""
+    return next(p for p in rollout.spec["packages"] if p["variant"] == variant)
+
+
+def runs(active: dict[str, Any], package: dict[str, Any]) -> bool:
+    """Whether a device's active model (from its state) is this package: versions may share a payload."""
+    return all(str(active.get(k)) == str(package[k]) for k in ("name", "version", "artifact_id"))
+
+
+def shadow_agreement(row: RolloutDevice) -> Optional[float]:
+    """The agreement the device's shadow run reported (event data ``shadow.agreement``), if any."""
+    value = (row.data.get("shadow") or {}).get("agreement")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def shadow_threshold(rollout: RolloutRow, row: RolloutDevice) -> Optional[float]:
+    """The agreement a device must reach in a shadow run before cut-over: first-wave devices of a --shadow rollout."""
+    if not rollout.spec.get("shadow") or row.wave != 1:
+        return None
+    gates = [parse_gate(text) for text in rollout.spec["gates"]]
+    return max((g.threshold for g in gates if g.metric == "agreement" and g.op in (">=", ">")), default=None)
+
+
+def desired_seq(payload: bytes) -> int:
+    """The sequence number inside a signed desired state (parsed, not verified: we signed it)."""
+    return int(json.loads(Envelope.from_bytes(payload).payload)["seq"])
+
+
+class Reports:
+    """Device reports to rollout rows; the engine adds waves, gates and operator requests on top."""
+
+    def __init__(self, store: SqliteStore, publisher: Publisher, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.clock = clock
+
+    def _rows(self, device_id: str) -> list[tuple[RolloutRow, RolloutDevice]]:
+        """The device's rows in every rollout that sent it something."""
+        rollouts: dict[str, Optional[RolloutRow]] = {}
+        found = []
+        for row in self.store.device_rollouts(device_id):
+            if row.status in UNSENT:
+                continue
+            if row.rollout_id not in rollouts:
+                rollouts[row.rollout_id] = self.store.rollout(row.rollout_id)
+            rollout = rollouts[row.rollout_id]
+            if rollout is not None:
+                found.append((rollout, row))
+        return found
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def on_event(self, event: DeviceEvent) -> None:
+        for rollout, row in self._rows(event.device_id):
+            if event.deployment_id == rollout.id:
+                self._apply(rollout, row, event.status, event.state, event.detail, event.data)
+            elif event.deployment_id == "none" and event.status == "rejected" and row.status in IN_FLIGHT + ("deferred",):
+                # Not tied to a deployment: the device refused a message (signature, expiry, address).
+                # A replay refusal only says it already holds what a republish sent again.
+                if REPLAY not in event.detail:
+                    self._apply(rollout, row, "failed", "rejected", event.detail, {})
+
+    def _apply(self, rollout: RolloutRow, row: RolloutDevice, status: str, state: str, detail: str, data: dict[str, Any]) -> None:
+        before = row.status
+        after = _next_status(before, status, state)
+        if after == before and before in ("ok", "rollback-sent", "rolled-back"):
+            return  # a redelivered or late report changes nothing
+        row.status, row.state, row.detail = after, state, detail
+        row.data.update({k: v for k, v in data.items() if v is not None})
+        if after == "ok" and before != "ok":
+            row.installed_at = self.clock()
+            p95 = data.get("health_p95_ms")
+            if p95 is not None and data.get("model"):
+                self.store.add_latency(row.device_id, str(data["model"]), int(data.get("version", 0)), float(p95), "health", self.clock())
+        self.store.save_rollout_device(row)
+        if after != before:
+            self.store.audit(f"device {after}", f"{state}: {detail}", rollout.id, row.device_id)
+        if after == "ok" and before != "ok" and rollout.status in STOPPED:
+            self.roll_back(rollout, row)
+
+    # -- retained state and reconnects ------------------------------------------------------------
+
+    def on_state(self, device_id: str, state: dict[str, Any]) -> None:
+        """Catch up on reports missed while the controller was down: the retained state tells."""
+        if state.get("deployment") is not None:
+            return
+        active = state.get("active") or {}
+        for rollout, row in self._rows(device_id):
+            holds = runs(active, package_info(rollout, row.variant))
+            if row.status in IN_FLIGHT + ("deferred", "failed") and holds:
+                self._apply(rollout, row, "ok", "done", "committed (from the device's state)", {})
+            elif row.status == "rollback-sent" and not holds:
+                self._apply(rollout, row, "rolled-back", "rollback", "rolled back (from the device's state)", {})
+            elif row.status == "rollback-sent" and row.data.get("rollback_due"):
+                self.roll_back(rollout, row)
+
+    def on_birth(self, device_id: str) -> None:
+        """The device (re)connected just now: a rollback command sent before may never have reached it."""
+        for rollout, row in self._rows(device_id):
+            if row.status == "rollback-sent" and not row.data.get("rollback_due"):
+                row.data["rollback_due"] = True
+                self.store.save_rollout_device(row)
+
+    def republish(self) -> int:
+        """After a (re)connect: put back each device's newest kept desired state it has not taken yet
+        (a restarted broker lost it), and resend the rollbacks the broker never acknowledged."""
+        newest: dict[str, tuple[RolloutDevice, bytes]] = {}
+        for rollout in self.store.rollouts():
+            for row in self.store.rollout_devices(rollout.id):
+                if row.desired is not None and row.status not in UNSENT:
+                    newest[row.device_id] = (row, row.desired)
+        count = 0
+        for device_id, (row, desired) in newest.items():
+            device = self.store.device(device_id)
+            taken = int(((device.state if device else {}) or {}).get("last_seq") or 0)
+            if desired_seq(desired) > taken:
+                self.publisher.send(device_id, "desired", desired)
+                count += 1
+            if row.status == "rollback-sent" and row.data.get("rollback_due") and device is not None:
+                self.on_state(device_id, device.state)
+        return count
+
+    # -- rollback ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def took(row: RolloutDevice) -> bool:
+        """The device committed the new model (it may have gone silent since)."""
+        return row.status == "ok" or (row.status == "failed" and row.installed_at is not None)
+
+    def roll_back(self, rollout: RolloutRow, row: RolloutDevice) -> None:
+        acked, row.desired = self.publisher.rollback(rollout, row.device_id)
+        row.data["rollback_due"] = not acked
+        resent = row.status == "rollback-sent"
+        row.status = "rollback-sent"
+        self.store.save_rollout_device(row)
+        self.store.audit("device rollback-sent", "again, after a reconnect" if resent else "", rollout.id, row.device_id)
+
+
+def _next_status(before: str, status: str, state: str) -> str:
+    """A row's status after a report: ``status`` and ``state`` as the device sent them."""
+    if before in ("rollback-sent", "rolled-back"):
+        return "rolled-back" if status == "rolled-back" and state == "rollback" else before
+    if status == "ok":
+        return "ok"
+    if status == "rolled-back":  # on our command; otherwise the device undid a failed install itself
+        return "rolled-back" if state == "rollback" else "failed"
+    if status in ("failed", "rejected"):
+        return "failed"
+    if status == "running" and before in ("sent", "deferred"):
+        return "running"
+    return before
