@@ -211,13 +211,28 @@ class Agent:
         check_addressed(command, self.id, self.ledger.last_seq)
         self.ledger.accept_seq(command.seq)
         if command.command == "rollback":
-            active = self.slots.roll_back()
-            self.host.load(active) if active else self.host.unload()
-            self._event(str(command.args.get("deployment_id", "none")), "rollback", "rolled-back", "rolled back on command")
+            self._roll_back_on_command(str(command.args.get("deployment_id") or ""))
         elif command.command == "remeasure" and self.slots.active() is not None:
             self.host.load(self.slots.active(), remeasure=True)  # type: ignore[arg-type]
         self._publish_state()
         self._publish_telemetry()
+
+    def _roll_back_on_command(self, deployment_id: str) -> None:
+        """Put the previous model back; one naming a deployment acts only while that deployment's model is active.
+
+        So a repeated rollback (a controller re-sending after a reconnect) cannot go two models back."""
+        if deployment_id and not self._active_from(deployment_id):
+            self._event(deployment_id, "rollback", "ok", f"nothing to roll back: the active model was not installed by {deployment_id}")
+            return
+        active = self.slots.roll_back()
+        self.host.load(active) if active else self.host.unload()
+        self._event(deployment_id or "none", "rollback", "rolled-back", "rolled back on command")
+
+    def _active_from(self, deployment_id: str) -> bool:
+        record = Deployment.load(self.state_dir / "deployment.json")
+        active = self.slots.active()
+        return (record is not None and record.deployment_id == deployment_id and record.outcome == "ok" and active is not None
+                and active.manifest_sha256 == hashlib.sha256(record.manifest_bytes).hexdigest())
 
     # -- deployments ------------------------------------------------------------------------------
 

@@ -1,0 +1,37 @@
+"""The signed ``rollback`` command: one naming a deployment acts only while that deployment's model is active."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from agent.protocol import topics
+from agent.protocol.envelope import COMMAND_TYPE, sign
+from agent.protocol.messages import Command
+from tests.deploy.controller import Controller
+from tests.deploy.test_rejections import DEPLOY, serves
+from tests.fleet import AgentProcess, EdgectlHome, wait_for
+
+
+def _rollback(controller: Controller, device_id: str, deployment_id: str) -> None:
+    now = time.time()
+    command = Command(device_id, controller.next_seq(), now, now + 3600, "rollback", {"deployment_id": deployment_id})
+    envelope = sign(COMMAND_TYPE, command.to_payload(), controller.ring.signing_key("controller"))
+    controller.publish(topics.device(device_id, "commands"), envelope.to_bytes())
+
+
+def test_repeated_rollback_goes_back_one_model_only(home: EdgectlHome, controller: Controller,
+                                                    agents: Callable[..., AgentProcess], model_v: Callable[..., Path]) -> None:
+    agent = agents(home, "r-1", extra={"deploy": DEPLOY})
+    assert controller.final("r-1", controller.desired("r-1", controller.package(model_v(1), "m", 1))).status == "ok"
+    second = controller.desired("r-1", controller.package(model_v(2), "m", 2))
+    assert controller.final("r-1", second).status == "ok"
+
+    _rollback(controller, "r-1", second)
+    wait_for(lambda: serves(agent, "m", 1), 30, "v1 served after the rollback")
+    since = len(controller.events)
+    _rollback(controller, "r-1", second)  # again, e.g. re-sent after a reconnect: nothing more to undo
+    event = wait_for(lambda: next((e for e in list(controller.events)[since:] if e.state == "rollback"), None), 20, "the second answer")
+    assert event.status == "ok" and event.detail.startswith("nothing to roll back"), event
+    assert serves(agent, "m", 1)
