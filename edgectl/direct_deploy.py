@@ -24,7 +24,8 @@ from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from edgectl.package import Package
 from edgectl.sequence import next_sequence
 
-__all__ = ["DeviceProgress", "deploy_to_devices", "new_deployment_id", "publish_desired", "signed_command", "signed_desired"]
+__all__ = ["DeviceProgress", "deploy_to_devices", "new_deployment_id", "publish_desired", "publish_desired_all", "signed_command",
+           "signed_desired"]
 
 TERMINAL = ("ok", "failed", "rolled-back", "rejected")
 DESIRED_VALIDITY_S = 7 * 86400
@@ -74,9 +75,21 @@ def signed_command(key: Ed25519PrivateKey, device_id: str, command: str, args: d
 
 def publish_desired(transport: MqttTransport, key: Ed25519PrivateKey, device_id: str, deployment_id: str,
                     package: Package, allow_downgrade: bool = False) -> None:
-    envelope = signed_desired(key, device_id, deployment_id, package, allow_downgrade)
-    if not transport.publish(topics.device(device_id, "desired"), envelope, qos=1, retain=True, wait=10.0):
-        raise EdgeError(f"the broker did not acknowledge the desired state for {device_id}")
+    publish_desired_all(transport, key, [device_id], deployment_id, package, allow_downgrade)
+
+
+def publish_desired_all(transport: MqttTransport, key: Ed25519PrivateKey, device_ids: list[str], deployment_id: str,
+                        package: Package, allow_downgrade: bool = False) -> None:
+    """Publish every device's signed desired state, then wait once for the broker's acks.
+
+    A broker acknowledges the QoS 1 publishes of one connection in the order it received them, so
+    the ack of the last one stands for all: no round trip per device."""
+    for n, device_id in enumerate(device_ids):
+        envelope = signed_desired(key, device_id, deployment_id, package, allow_downgrade)
+        wait = 10.0 if n == len(device_ids) - 1 else None
+        if not transport.publish(topics.device(device_id, "desired"), envelope, qos=1, retain=True, wait=wait):
+            what = f"the desired state for {device_id}" if wait is None else f"the desired states of {len(device_ids)} device(s)"
+            raise EdgeError(f"the broker did not acknowledge {what}")
 
 
 def deploy_to_devices(
@@ -88,25 +101,32 @@ def deploy_to_devices(
     timeout_s: float,
     on_progress: Callable[[DeviceProgress], None] = lambda _p: None,
     allow_downgrade: bool = False,
+    server: Optional[ArtifactServer] = None,
 ) -> tuple[str, dict[str, DeviceProgress]]:
-    """Returns the deployment id and each device's final progress."""
+    """Returns the deployment id and each device's final progress.
+
+    ``server``: a started ArtifactServer on ``transport`` to answer chunk requests with (its owner
+    reads its counters and stops it); by default one is started and stopped for this deployment."""
     deployment_id = new_deployment_id()
     progress = {d: DeviceProgress(d) for d in device_ids}
-    server = ArtifactServer(transport)
-    server.serve(ServedArtifact(package.manifest.artifact_id, package.payload, package.manifest.payload.chunk_size,
-                                len(package.manifest.payload.chunks)))
-    server.start()
+    own = server is None
+    server = server or ArtifactServer(transport)
+    m = package.manifest
+    # Told which devices will ask, the server starts sending as soon as the last of them has asked.
+    server.serve(ServedArtifact(m.artifact_id, package.payload, m.payload.chunk_size, len(m.payload.chunks)), expect=device_ids)
+    if own:
+        server.start()
     transport.subscribe(topics.device("+", "events"), 1)
     try:
-        for device_id in device_ids:
-            publish_desired(transport, key, device_id, deployment_id, package, allow_downgrade)
-        _follow(inbox, server, deployment_id, progress, timeout_s, on_progress)
+        publish_desired_all(transport, key, device_ids, deployment_id, package, allow_downgrade)
+        _follow(inbox, server, m.artifact_id, deployment_id, progress, timeout_s, on_progress)
     finally:
-        server.stop()
+        if own:
+            server.stop()
     return deployment_id, progress
 
 
-def _follow(inbox: "queue.Queue[Message]", server: ArtifactServer, deployment_id: str,
+def _follow(inbox: "queue.Queue[Message]", server: ArtifactServer, artifact_id: str, deployment_id: str,
             progress: dict[str, DeviceProgress], timeout_s: float, on_progress: Callable[[DeviceProgress], None]) -> None:
     deadline = time.monotonic() + timeout_s
     while not all(p.done for p in progress.values()) and time.monotonic() < deadline:
@@ -117,7 +137,9 @@ def _follow(inbox: "queue.Queue[Message]", server: ArtifactServer, deployment_id
         if message.topic.endswith("/chunk-requests"):
             server.handle_request(message.payload)
         elif message.topic.endswith("/events"):
-            _apply_event(message.payload, deployment_id, progress, on_progress)
+            event = _apply_event(message.payload, deployment_id, progress, on_progress)
+            if event is not None and progress[event.device_id].done:
+                server.release(artifact_id, event.device_id)  # finished or refused without asking: do not wait for it
     for p in progress.values():
         if not p.done:
             p.status, p.detail = "timeout", f"no final report within {timeout_s:.0f}s (last state: {p.state})"

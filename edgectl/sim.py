@@ -50,14 +50,27 @@ BASE_LATENCY_MS = {"jetson-orin": 2.0, "jetson-nano": 6.0, "nnapi": 8.0, "qnn-ht
 BACKEND = {"jetson-orin": "TensorrtExecutionProvider", "nnapi": "NnapiExecutionProvider", "qnn-htp": "QNNExecutionProvider"}
 
 
+_CHUNKS = f"{topics.ROOT}/artifacts/"
+
+
 class _Route(queue.Queue):  # type: ignore[type-arg]
-    """The inbox handed to one agent's transport: tags each message with its agent."""
+    """The inbox handed to one agent's transport: tags each message with its agent for the shared dispatcher.
+
+    A chunk is also announced to the agent's fetcher right away, on the agent's network thread: with
+    many agents behind one dispatcher, a chunk can wait there longer than the request interval, and
+    it must not count as missing meanwhile (asking again would make the whole wave receive it twice)."""
 
     def __init__(self, agent: "SimAgent", shared: "queue.Queue[tuple[SimAgent, Message]]") -> None:
         super().__init__()
         self.agent, self.shared = agent, shared
+        self.fetcher: Optional[ChunkFetcher] = None
 
     def put(self, item: Message, block: bool = True, timeout: Optional[float] = None) -> None:
+        if self.fetcher is not None and item.topic.startswith(_CHUNKS):
+            try:
+                self.fetcher.heard(*topics.parse_artifact_chunk(item.topic))
+            except EdgeError:
+                pass  # the dispatcher drops it
         self.shared.put((self.agent, item))
 
 
@@ -111,10 +124,11 @@ class SimFleet:
         if saved.exists():
             agent.active, agent.previous = json.loads(saved.read_text())
         will = Will(topics.device(agent.device_id, "presence"), Presence(agent.device_id, False, time.time()).to_payload())
-        agent.transport = MqttTransport(self.url, f"sim-{agent.device_id}", inbox=_Route(agent, self.inbox), will=will,
+        route = _Route(agent, self.inbox)
+        agent.transport = MqttTransport(self.url, f"sim-{agent.device_id}", inbox=route, will=will,
                                         on_connect=lambda: self._announce(agent), keepalive=10)
         self._ledgers[agent.device_id] = Ledger(agent.state_dir)
-        self._fetchers[agent.device_id] = ChunkFetcher(agent.transport, agent.device_id, 1.0, 600.0)
+        self._fetchers[agent.device_id] = route.fetcher = ChunkFetcher(agent.transport, agent.device_id, 1.0, 600.0)
         agent.transport.subscribe(topics.device(agent.device_id, "desired"), 1)
         agent.transport.subscribe(topics.device(agent.device_id, "commands"), 1)
         self.agents[agent.device_id] = agent

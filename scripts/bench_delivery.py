@@ -1,8 +1,12 @@
 """Model delivery benchmark over one Mosquitto (``./scripts/bench delivery [--size-mb 10] [--agents 50]``).
 
 1. Fan-out: one ~10 MB signed package to 1 light agent, then to N light agents (edgectl.sim: real
-   ChunkFetcher/Download/Ledger/extract_payload, one MQTT connection each); wall time from the first
-   desired-state publish to every device's final ``done ok`` event. Goal: time(N) / time(1) < 2.
+   ChunkFetcher/Download/Ledger/extract_payload, one MQTT connection each), deployed by
+   ``edgectl.direct_deploy.deploy_to_devices`` (the path of ``edgectl deploy --device``); wall time
+   from the first desired-state publish to every device's final ``done ok`` event. Goal:
+   time(N) / time(1) < 2. Beside it, as the floor this one-process harness can reach, the same
+   chunks from a raw paho publisher to 1 and to N raw paho subscribers in this process, and the
+   CPU seconds of the simulated devices, the controller and Mosquitto during each wave.
 2. Controller bytes per wave: ArtifactServer.bytes_sent for the N-agent wave / payload size. Goal <= 1.1.
 3. Single-device throughput through the agent path (ArtifactServer -> broker -> ChunkFetcher ->
    Download on disk, hashes checked) against a raw paho QoS 1 publish/subscribe of the same bytes in
@@ -12,18 +16,17 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
-import platform
 import queue
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -32,6 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import paho.mqtt.client as mqtt  # noqa: E402
 from paho.mqtt.enums import CallbackAPIVersion  # noqa: E402
@@ -40,10 +44,10 @@ from agent.deploy.download import Download  # noqa: E402
 from agent.deploy.fetch import ChunkFetcher  # noqa: E402
 from agent.protocol import topics  # noqa: E402
 from agent.protocol.envelope import TrustedKeys  # noqa: E402
-from agent.protocol.messages import DeviceEvent  # noqa: E402
 from agent.transport import Message, MqttTransport  # noqa: E402
+from benchdoc import machine, write_section  # noqa: E402
 from edgectl.artifact_server import ArtifactServer, ServedArtifact  # noqa: E402
-from edgectl.direct_deploy import new_deployment_id, publish_desired  # noqa: E402
+from edgectl.direct_deploy import deploy_to_devices  # noqa: E402
 from edgectl.keys import Keyring  # noqa: E402
 from edgectl.package import BuildOptions, Package, build_package, read_package  # noqa: E402
 from edgectl.sim import SimAgent, SimFleet  # noqa: E402
@@ -51,16 +55,22 @@ from tests.brokers import start_mosquitto  # noqa: E402
 
 COMMAND = "./scripts/bench delivery"
 FANOUT_GOAL, BYTES_GOAL, THROUGHPUT_GOAL = 2.0, 1.1, 0.5
-REPEATS = 3
-CAVEAT = (
-    "Run-to-run spread of the wave of 50 is large on the 2-core machine. Five runs on 2026-11-21 gave"
-    " time(50)/time(1) from 6.9 to 108 and bytes/payload from 1.00 to 44.7: the 50 light agents share one"
-    " dispatch thread (one GIL, about 1 core busy), so an agent can see no new chunk for its 1 s request"
-    " interval, asks again for everything it misses, and the ArtifactServer re-broadcasts those chunks to the"
-    " whole wave, which slows everyone further (a resend storm). Publishing 50 acked desired states takes"
-    " 0.2-0.6 s, about the server's 0.3 s gather window, so late requesters can also cost one extra window"
-    " (32 chunks, 1.2x). The single-device gap to raw paho is mostly fixed latency: 0.3 s gather window before"
-    " the first chunk, then a PUBACK wait every 32-chunk window."
+REPEATS = 9
+CONTROLLER_THREADS = ("MainThread", "artifact-server", "paho-mqtt-client-bench-")  # names (prefixes) of the controller side
+DEFAULTS = {k: v.default for k, v in inspect.signature(ArtifactServer).parameters.items()}
+PATH = (
+    "The path measured: `deploy_to_devices` tells the ArtifactServer which devices it expects, publishes every"
+    " desired state and waits once for the broker's acks; the server starts a round as soon as the last expected"
+    " device has asked (one device: at once) and publishes each chunk once for the wave, a helper thread waiting for"
+    f" the ack of one chunk in {DEFAULTS['window'] // 2} so that at most about {DEFAULTS['window'] * 3 // 2} chunks are"
+    " unacknowledged and the pipe never runs dry. A"
+    " device hashes each chunk against the signed manifest and writes it with one positioned write into its open"
+    " `.part` file, and fsyncs the payload before renaming it. It asks again only when no chunk it lacks has arrived"
+    " for its request interval (a light agent counts a chunk as arrived when it reaches its network thread, not when"
+    " the shared dispatcher gets to it), and marks such requests as repeats, for which the server does not resend what"
+    f" it published in the last {DEFAULTS['resend_guard_s']} s. Most of the delay before the first chunk of the wave of 1 is TCP's: neither"
+    " paho nor Mosquitto (by default) sets TCP_NODELAY, and the device's small chunk request, sent right after its"
+    " event and subscription, can wait for a delayed ACK."
 )
 
 
@@ -78,21 +88,70 @@ def big_model(path: Path, size_mb: float) -> Path:
     return path
 
 
+class CpuMeter:
+    """CPU seconds of this process split into controller threads and the rest (the light agents), plus the broker's."""
+
+    def __init__(self, broker: psutil.Process) -> None:
+        self.broker = broker
+        self.me = psutil.Process()
+        self._start = self._read()
+
+    def _read(self) -> tuple[float, float, dict[int, float]]:
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        controller = {t.id: t.user_time + t.system_time for t in self.me.threads()
+                      if names.get(t.id, "").startswith(CONTROLLER_THREADS)}
+        return sum(self.me.cpu_times()[:2]), sum(self.broker.cpu_times()[:2]), controller
+
+    def stop(self) -> dict[str, float]:
+        process, broker, controller = self._read()
+        process0, broker0, controller0 = self._start
+        ctl = sum(cpu - controller0.get(tid, 0.0) for tid, cpu in controller.items())
+        return {"controller": ctl, "devices": process - process0 - ctl, "broker": broker - broker0}
+
+
+def wave(url: str, fleet: SimFleet, ring: Keyring, package: Package, work: Path, prefix: str,
+         count: int, broker: psutil.Process) -> dict[str, Any]:
+    """Start ``count`` fresh light agents, deploy to them all as ``edgectl deploy --device`` does, time it; then stop them."""
+    agents = [fleet.start(SimAgent(f"{prefix}-{i:03d}", "cpu-x86", work / "sim" / f"{prefix}-{i:03d}")) for i in range(count)]
+    for agent in agents:
+        assert agent.transport is not None and agent.transport.wait_connected(30), f"{agent.device_id} did not connect"
+    time.sleep(1.0)  # let subscriptions settle so the desired state is not raced by SUBACK
+    inbox: "queue.Queue[Message]" = queue.Queue()
+    transport = MqttTransport(url, f"bench-wave-{prefix}", inbox=inbox)
+    transport.connect()
+    server = ArtifactServer(transport).start()  # production defaults
+    try:
+        cpu = CpuMeter(broker)
+        start = time.monotonic()
+        _, progress = deploy_to_devices(transport, inbox, package, [a.device_id for a in agents], ring.signing_key("controller"),
+                                        timeout_s=150, server=server)
+        elapsed = time.monotonic() - start
+        used = cpu.stop()
+        first = (server.first_sent_at or float("nan")) - start
+    finally:
+        server.stop()
+        transport.close()
+        for agent in agents:
+            fleet.stop(agent.device_id)
+    failed = [f"{p.device_id}: {p.status} {p.detail}" for p in progress.values() if p.status != "ok"]
+    if failed:
+        raise RuntimeError(f"{len(failed)} device(s) failed: {failed[:3]}")
+    return {"seconds": elapsed, "first_chunk": first, "cpu": used, "bytes": server.bytes_sent, "chunks": server.chunks_sent,
+            "requests": server.requests}
+
+
 class BenchController:
-    """The controller side: one MQTT connection, an ArtifactServer, and the final events it hears."""
+    """The controller side of the throughput test: one MQTT connection and an ArtifactServer."""
 
     def __init__(self, url: str, package: Package) -> None:
         self.inbox: "queue.Queue[Message]" = queue.Queue()
         self.transport = MqttTransport(url, f"bench-ctl-{uuid.uuid4().hex[:6]}", inbox=self.inbox)
-        self.transport.subscribe(topics.device("+", "events"), 1)
         self.transport.connect()
-        self.server = ArtifactServer(self.transport).start()  # production defaults (gather 0.3 s, window 32)
+        self.server = ArtifactServer(self.transport).start()  # production defaults
         m = package.manifest
         self.server.serve(ServedArtifact(m.artifact_id, package.payload, m.payload.chunk_size, len(m.payload.chunks)))
-        self.done: dict[tuple[str, str], DeviceEvent] = {}
-        self._cond = threading.Condition()
         self._stop = threading.Event()
-        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._pump, name="bench-ctl-pump", daemon=True).start()
 
     def _pump(self) -> None:
         while not self._stop.is_set():
@@ -102,23 +161,6 @@ class BenchController:
                 continue
             if message.topic.endswith("/chunk-requests"):
                 self.server.handle_request(message.payload)
-            elif message.topic.endswith("/events"):
-                event = DeviceEvent.from_payload(message.payload)
-                if event.state == "done":
-                    with self._cond:
-                        self.done[(event.device_id, event.deployment_id)] = event
-                        self._cond.notify_all()
-
-    def wait_done(self, keys: list[tuple[str, str]], timeout: float) -> list[DeviceEvent]:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not all(k in self.done for k in keys):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = [k[0] for k in keys if k not in self.done]
-                    raise RuntimeError(f"{len(missing)} device(s) did not finish within {timeout:.0f}s: {missing[:5]}")
-                self._cond.wait(min(left, 0.5))
-            return [self.done[k] for k in keys]
 
     def close(self) -> None:
         self._stop.set()
@@ -126,38 +168,11 @@ class BenchController:
         self.transport.close()
 
 
-def wave(ctl: BenchController, fleet: SimFleet, ring: Keyring, package: Package, work: Path, prefix: str,
-         count: int, broker: psutil.Process) -> dict[str, float]:
-    """Start ``count`` fresh light agents, deploy to them all, time it; then stop them."""
-    agents = [fleet.start(SimAgent(f"{prefix}-{i:03d}", "cpu-x86", work / "sim" / f"{prefix}-{i:03d}")) for i in range(count)]
-    for agent in agents:
-        assert agent.transport is not None and agent.transport.wait_connected(30), f"{agent.device_id} did not connect"
-    time.sleep(1.0)  # let subscriptions settle so the desired state is not raced by SUBACK
-    key = ring.signing_key("controller")
-    deployment = new_deployment_id()
-    bytes_before, chunks_before = ctl.server.bytes_sent, ctl.server.chunks_sent
-    cpu_before = time.process_time() + sum(broker.cpu_times()[:2])
-    start = time.perf_counter()
-    for agent in agents:
-        publish_desired(ctl.transport, key, agent.device_id, deployment, package)
-    published = time.perf_counter() - start
-    events = ctl.wait_done([(a.device_id, deployment) for a in agents], timeout=150)
-    elapsed = time.perf_counter() - start
-    cpu = time.process_time() + sum(broker.cpu_times()[:2]) - cpu_before
-    failed = [f"{e.device_id}: {e.detail}" for e in events if e.status != "ok"]
-    for agent in agents:
-        fleet.stop(agent.device_id)
-    if failed:
-        raise RuntimeError(f"{len(failed)} device(s) failed: {failed[:3]}")
-    return {"seconds": elapsed, "published": published, "cpu": cpu, "bytes": ctl.server.bytes_sent - bytes_before,
-            "chunks": ctl.server.chunks_sent - chunks_before}
-
-
 def agent_path_transfer(url: str, ctl: BenchController, package: Package, work: Path) -> tuple[float, float]:
     """(total, until first chunk) seconds for one device to fetch the payload with ChunkFetcher + Download."""
     device_id = f"tp-{uuid.uuid4().hex[:6]}"
     inbox: "queue.Queue[Message]" = queue.Queue()
-    transport = MqttTransport(url, f"bench-{device_id}", inbox=inbox)
+    transport = MqttTransport(url, f"tp-{device_id}", inbox=inbox)
     transport.connect()
     fetcher = ChunkFetcher(transport, device_id, 1.0, 120.0)
     stop = threading.Event()
@@ -177,6 +192,7 @@ def agent_path_transfer(url: str, ctl: BenchController, package: Package, work: 
 
     threading.Thread(target=loop, daemon=True).start()
     download = Download(work / device_id, package.manifest.payload)
+    ctl.server.expect(package.manifest.artifact_id, [device_id])  # as a deployment does for its devices
     try:
         start = time.perf_counter()
         fetcher.fetch(download)
@@ -189,51 +205,50 @@ def agent_path_transfer(url: str, ctl: BenchController, package: Package, work: 
     return elapsed, first[0] - start
 
 
-def raw_paho_transfer(url_port: int, payload: Path, chunk_size: int, count: int) -> float:
-    """Seconds for a plain paho QoS 1 publisher -> subscriber of the same chunks (kept in memory)."""
+def _raw_client(name: str, port: int, on_message: Callable[[Any, Any, mqtt.MQTTMessage], None] | None = None) -> mqtt.Client:
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=mqtt.MQTTv5)
+    client.max_inflight_messages_set(64)  # same as MqttTransport's default
+    if on_message is not None:
+        client.on_message = on_message
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    return client
+
+
+def raw_paho_transfer(port: int, payload: Path, chunk_size: int, count: int, subscribers: int = 1) -> float:
+    """Seconds for a plain paho QoS 1 publisher -> ``subscribers`` subscribers (threads of this process, chunks kept in memory)."""
     topic = f"bench/raw/{uuid.uuid4().hex[:8]}"
-    got: set[int] = set()
-    all_in = threading.Event()
-    subscribed = threading.Event()
+    got = [0] * subscribers
+    finished = threading.Semaphore(0)
+    subscribed = threading.Semaphore(0)
 
-    def on_message(_c: Any, _u: Any, msg: mqtt.MQTTMessage) -> None:
-        got.add(int(msg.topic.rsplit("/", 1)[1]))
-        if len(got) == count:
-            all_in.set()
+    def receiver(k: int) -> Callable[[Any, Any, mqtt.MQTTMessage], None]:
+        def on_message(_c: Any, _u: Any, _msg: mqtt.MQTTMessage) -> None:
+            got[k] += 1
+            if got[k] == count:
+                finished.release()
+        return on_message
 
-    sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"raw-sub-{topic[-8:]}", protocol=mqtt.MQTTv5)
-    sub.on_message = on_message
-    sub.on_subscribe = lambda *_a: subscribed.set()
-    sub.connect("127.0.0.1", url_port)
-    sub.loop_start()
-    sub.subscribe(f"{topic}/+", qos=1)
-    pub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"raw-pub-{topic[-8:]}", protocol=mqtt.MQTTv5)
-    pub.max_inflight_messages_set(64)  # same as MqttTransport's default
-    pub.connect("127.0.0.1", url_port)
-    pub.loop_start()
-    assert subscribed.wait(10), "raw subscriber got no SUBACK"
+    subs = [_raw_client(f"raw-sub-{topic[-8:]}-{k}", port, receiver(k)) for k in range(subscribers)]
+    for sub in subs:
+        sub.on_subscribe = lambda *_a: subscribed.release()
+        sub.subscribe(f"{topic}/+", qos=1)
+    pub = _raw_client(f"raw-pub-{topic[-8:]}", port)
+    for _ in subs:
+        assert subscribed.acquire(timeout=10), "raw subscriber got no SUBACK"
     try:
         start = time.perf_counter()
         with payload.open("rb") as f:  # read like the server does, chunk by chunk
             for index in range(count):
                 f.seek(index * chunk_size)
                 pub.publish(f"{topic}/{index}", f.read(chunk_size), qos=1)
-        assert all_in.wait(120), f"raw paho: only {len(got)} of {count} chunks arrived"
+        for _ in subs:
+            assert finished.acquire(timeout=120), f"raw paho: only {min(got)} of {count} chunks arrived"
         return time.perf_counter() - start
     finally:
-        for client in (pub, sub):
+        for client in (pub, *subs):
             client.disconnect()
             client.loop_stop()
-
-
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor() or "unknown CPU")
-    try:
-        mosq = subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[0]
-    except (OSError, IndexError):
-        mosq = "mosquitto"
-    return f"{cpu}, nproc {os.cpu_count()}, Python {platform.python_version()}, {mosq.strip()}"
 
 
 def verdict(ok: bool) -> str:
@@ -264,83 +279,97 @@ def _measure(url: str, port: int, broker: psutil.Process, work: Path, size_mb: f
     package = read_package(pkg_path, TrustedKeys([ring.signing_key("package").public_key()]), work / "unpacked")
     info = package.manifest.payload
     print(f"package: {info.size / 1e6:.2f} MB payload, {len(info.chunks)} chunks of {info.chunk_size} B", flush=True)
+    print("throughput: agent path vs raw paho, interleaved ...", flush=True)
     ctl = BenchController(url, package)
-    fleet = SimFleet(url, TrustedKeys([ring.signing_key("package").public_key()]),
-                     TrustedKeys([ring.signing_key("controller").public_key()]))
+    agent_s, first_s, raw_s = [], [], []
     try:
-        print("throughput: agent path vs raw paho, interleaved ...", flush=True)
-        agent_s, first_s, raw_s = [], [], []
         for _ in range(REPEATS):
             total, first = agent_path_transfer(url, ctl, package, work / "tp")
             agent_s.append(total)
             first_s.append(first)
             raw_s.append(raw_paho_transfer(port, package.payload, info.chunk_size, len(info.chunks)))
+    finally:
+        ctl.close()
+    print(f"raw paho fan-out: 1 and {agents} subscribers in this process ...", flush=True)
+    raw_one = raw_paho_transfer(port, package.payload, info.chunk_size, len(info.chunks))
+    raw_many = raw_paho_transfer(port, package.payload, info.chunk_size, len(info.chunks), agents)
+    fleet = SimFleet(url, TrustedKeys([ring.signing_key("package").public_key()]),
+                     TrustedKeys([ring.signing_key("controller").public_key()]))
+    try:
         print("wave of 1 ...", flush=True)
-        one = wave(ctl, fleet, ring, package, work, "one", 1, broker)
+        one = wave(url, fleet, ring, package, work, "one", 1, broker)
         print(f"wave of {agents} ...", flush=True)
-        many = wave(ctl, fleet, ring, package, work, "many", agents, broker)
+        many = wave(url, fleet, ring, package, work, "many", agents, broker)
     finally:
         fleet.stop()
-        ctl.close()
     return {"size": info.size, "chunk_size": info.chunk_size, "chunks": len(info.chunks), "agents": agents,
             "one": one, "many": many, "agent_s": statistics.median(agent_s), "raw_s": statistics.median(raw_s),
-            "first_s": statistics.median(first_s), "agent_all": agent_s, "raw_all": raw_s}
+            "first_s": statistics.median(first_s), "agent_all": agent_s, "raw_all": raw_s,
+            "raw_one": raw_one, "raw_many": raw_many}
+
+
+def _cpu_line(w: dict[str, Any], devices: int) -> str:
+    cpu = w["cpu"]
+    total = cpu["devices"] + cpu["controller"] + cpu["broker"]
+    return (f"{w['seconds']:.2f} s wall: light agents {cpu['devices']:.2f} CPU-s ({1000 * cpu['devices'] / devices:.0f} ms per"
+            f" device), controller {cpu['controller']:.2f}, Mosquitto {cpu['broker']:.2f}; {total / w['seconds']:.2f} of"
+            f" {os.cpu_count()} cores busy on average")
 
 
 def report(r: dict[str, Any], command: str) -> str:
-    mb = r["size"] / 1e6
-    fan = r["many"]["seconds"] / r["one"]["seconds"]
-    bytes_ratio = r["many"]["bytes"] / r["size"]
-    bytes_one = r["one"]["bytes"] / r["size"]
+    mb, n = r["size"] / 1e6, r["agents"]
+    one, many = r["one"], r["many"]
+    fan = many["seconds"] / one["seconds"]
+    raw_fan = r["raw_many"] / r["raw_one"]
+    bytes_ratio, bytes_one = many["bytes"] / r["size"], one["bytes"] / r["size"]
     agent_mbs, raw_mbs = mb / r["agent_s"], mb / r["raw_s"]
     tp = agent_mbs / raw_mbs
-    n = r["agents"]
     steady = mb / max(r["agent_s"] - r["first_s"], 1e-6)
+    cores = os.cpu_count() or 1
+    # The least wall time the N-device wave could take here: N times what one device's work cost alone, spread on every core.
+    floor = n * one["cpu"]["devices"] / cores
     lines = [
         f"Machine: {machine()}. Command: `{command}`.",
         f"Package: {mb:.2f} MB payload ({r['chunks']} chunks of {r['chunk_size'] // 1024} KiB), random-weight MatMul model.",
         "",
         "| measurement | value | ratio | goal | result |",
         "|---|---|---|---|---|",
-        f"| deploy to 1 light agent (desired publish -> done ok) | {r['one']['seconds']:.2f} s | | | |",
-        f"| deploy to {n} light agents (desired publish -> all done ok) | {r['many']['seconds']:.2f} s"
+        f"| deploy to 1 light agent (`deploy_to_devices`: desired publish -> done ok) | {one['seconds']:.2f} s | | | |",
+        f"| deploy to {n} light agents (desired publish -> all done ok) | {many['seconds']:.2f} s"
         f" | time({n})/time(1) = {fan:.2f} | < {FANOUT_GOAL} | {verdict(fan < FANOUT_GOAL)} |",
-        f"| controller bytes sent, wave of 1 | {r['one']['bytes'] / 1e6:.2f} MB ({r['one']['chunks']} chunks) | {bytes_one:.2f} x payload | | |",
-        f"| controller bytes sent, wave of {n} | {r['many']['bytes'] / 1e6:.2f} MB ({r['many']['chunks']} chunks)"
-        f" | {bytes_ratio:.2f} x payload | <= {BYTES_GOAL} | {verdict(bytes_ratio <= BYTES_GOAL)} |",
+        f"| same chunks, raw paho QoS 1 to 1 and to {n} subscribers in this process (memory only: the harness's floor)"
+        f" | {r['raw_one']:.3f} s, {r['raw_many']:.2f} s | time({n})/time(1) = {raw_fan:.1f} | (diagnostic) | |",
+        f"| controller bytes sent, wave of 1 | {one['bytes'] / 1e6:.2f} MB ({one['chunks']} chunks) | {bytes_one:.2f} x payload | | |",
+        f"| controller bytes sent, wave of {n} | {many['bytes'] / 1e6:.2f} MB ({many['chunks']} chunks, {many['requests']}"
+        f" requests) | {bytes_ratio:.2f} x payload | <= {BYTES_GOAL} | {verdict(bytes_ratio <= BYTES_GOAL)} |",
         f"| raw paho QoS 1 pub -> sub, same chunks, same broker (median of {REPEATS}) | {raw_mbs:.1f} MB/s"
-        f" ({r['raw_s']:.2f} s) | | | |",
+        f" ({r['raw_s']:.3f} s) | | | |",
         f"| agent path: ArtifactServer -> broker -> ChunkFetcher/Download to disk (median of {REPEATS}) | {agent_mbs:.1f} MB/s"
-        f" ({r['agent_s']:.2f} s) | agent/raw = {tp:.2f} | >= {THROUGHPUT_GOAL} | {verdict(tp >= THROUGHPUT_GOAL)} |",
-        f"| agent path after its first chunk arrived (first chunk after {r['first_s']:.2f} s: request + server gather window)"
+        f" ({r['agent_s']:.3f} s) | agent/raw = {tp:.2f} | >= {THROUGHPUT_GOAL} | {verdict(tp >= THROUGHPUT_GOAL)} |",
+        f"| agent path after its first chunk arrived (first chunk after {1000 * r['first_s']:.0f} ms)"
         f" | {steady:.1f} MB/s | agent/raw = {steady / raw_mbs:.2f} | (diagnostic) | |",
         "",
-        f"Diagnostics: publishing the {n} signed desired states (one acked publish each) took {r['many']['published']:.2f} s"
-        f" (1: {r['one']['published']:.3f} s); CPU seconds used by this process (controller + light agents) plus Mosquitto:"
-        f" {r['one']['cpu']:.2f} s for the wave of 1, {r['many']['cpu']:.2f} s for the wave of {n}"
-        f" ({r['many']['cpu'] / r['many']['seconds']:.2f} cores busy on average over {os.cpu_count()}).",
-        "All runs (s): agent path " + ", ".join(f"{s:.2f}" for s in r["agent_all"])
-        + "; raw paho " + ", ".join(f"{s:.2f}" for s in r["raw_all"]) + ".",
+        f"CPU during the wave of 1: {_cpu_line(one, 1)}. During the wave of {n}: {_cpu_line(many, n)}."
+        f" First chunk published {1000 * one['first_chunk']:.0f} ms (wave of 1) and {1000 * many['first_chunk']:.0f} ms"
+        f" (wave of {n}) after the first desired state.",
+        "",
+        f"Why the fan-out ratio is out of reach on this machine: all {n} light agents run in this one Python process on"
+        f" {cores} cores, and each must receive, hash and write the whole payload and then extract it. One device alone"
+        f" used {one['cpu']['devices']:.2f} CPU-s, so {n} of them cannot finish in less than {floor:.2f} s"
+        f" ({floor / one['seconds']:.1f} x the wave of 1) even with every core working for them and nothing else; they"
+        f" share one interpreter lock, and raw paho alone, to {n} subscribers in one process, already takes"
+        f" {raw_fan:.0f} x its time to 1. The goal is about real devices, each with its own CPU. The part of the wave that"
+        f" is the controller's and the broker's scales as it should: one publication of every chunk"
+        f" ({bytes_ratio:.2f} x payload for {n} devices), controller {many['cpu']['controller']:.2f} CPU-s for {n} devices"
+        f" against {one['cpu']['controller']:.2f} for 1, Mosquitto {many['cpu']['broker']:.2f} against"
+        f" {one['cpu']['broker']:.2f}.",
+        "",
+        "All runs (s): agent path " + ", ".join(f"{s:.3f}" for s in r["agent_all"])
+        + "; raw paho " + ", ".join(f"{s:.3f}" for s in r["raw_all"]) + ".",
+        "",
+        PATH,
     ]
     return "\n".join(lines)
-
-
-def write_docs(body: str) -> Path:
-    """Replace (or append) the ``## delivery`` section of docs/benchmarks.md, leaving others alone."""
-    doc = ROOT / "docs" / "benchmarks.md"
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    section = f"## delivery\n\nMeasured by `{COMMAND}` on {time.strftime('%Y-%m-%d')}; all figures come from one run against one" \
-              f" Mosquitto started by the benchmark. The machine is shared with other jobs, so absolute times are noisy;" \
-              f" the ratios within one run are the figures to read.\n\n{body}\n\n{CAVEAT}\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip() == "## delivery"), None)
-    if start is None:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        text = "".join(lines[:start]) + section + ("\n" + "".join(lines[end:]) if end < len(lines) else "")
-    doc.write_text(text)
-    return doc
 
 
 def main() -> None:
@@ -357,7 +386,7 @@ def main() -> None:
     print(body)
     print(f"\nwall time {time.monotonic() - began:.0f} s; rerun: {command}")
     if not args.no_docs:
-        print(f"figures written to {write_docs(body).relative_to(ROOT)} (## delivery)")
+        print(f"figures written to {write_section('delivery', command, body).relative_to(ROOT)} (## delivery)")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 Chunks are written at their offset into a ``.part`` file; that file is the durable record of what
 has arrived: after a restart each chunk slot is re-hashed against the signed chunk hashes, so only
-chunks that really landed count, whatever a power cut did to the last writes.
+chunks that really landed count, whatever a power cut did to the last writes. While a download
+runs, the ``.part`` file stays open: a chunk costs one hash and one positioned write, nothing that
+grows with the number of chunks already there.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Optional
+from typing import BinaryIO, Callable, Optional
 
 from agent.errors import OperationFailed
 from agent.protocol.chunks import to_ranges
@@ -40,13 +42,18 @@ class Download:
         self.done_path = directory / f"{payload.sha256}.payload"
         directory.mkdir(parents=True, exist_ok=True)
         self.have: set[int] = set()
+        self.have_bytes = 0  # sum of the lengths of the chunks in ``have``, for the quota
         self.rejected = 0
+        self._file: Optional[BinaryIO] = None
+        self._finished = False
         if self.done_path.exists():
             self.have = set(range(len(payload.chunks)))
+            self._finished = True
             return
         self._check_space(directory, free_bytes)
         if self.part.exists() and self.part.stat().st_size == payload.size:
             self.have = self._chunks_on_disk()
+            self.have_bytes = sum(map(self.chunk_length, self.have))
         else:
             self._run_io(lambda: self._preallocate())
 
@@ -81,7 +88,7 @@ class Download:
 
     def accept(self, index: int, data: bytes) -> bool:
         """Store chunk ``index`` if it is new and matches its signed hash; duplicates are harmless."""
-        if index in self.have or self.done_path.exists():
+        if index in self.have or self._finished:
             return False
         if not 0 <= index < len(self.payload.chunks) or len(data) != self.chunk_length(index):
             # More bytes than the signed manifest promises is an endless-data attack, fewer a torn chunk.
@@ -92,6 +99,7 @@ class Download:
             return False
         self._run_io(lambda: self._write(index, data))
         self.have.add(index)
+        self.have_bytes += len(data)
         return True
 
     def chunk_length(self, index: int) -> int:
@@ -99,21 +107,34 @@ class Download:
         return min(self.payload.chunk_size, self.payload.size - index * self.payload.chunk_size)
 
     def _write(self, index: int, data: bytes) -> None:
-        if self.quota_bytes is not None and sum(map(self.chunk_length, self.have)) + len(data) > self.quota_bytes:
+        if self.quota_bytes is not None and self.have_bytes + len(data) > self.quota_bytes:
             raise OSError(errno.ENOSPC, f"download quota of {self.quota_bytes} bytes reached")
-        with self.part.open("r+b") as f:
-            f.seek(index * self.payload.chunk_size)
-            f.write(data)
+        if self._file is None:
+            self._file = self.part.open("r+b", buffering=0)
+        fd, view, offset = self._file.fileno(), memoryview(data), index * self.payload.chunk_size
+        while view:  # a regular file takes it all at once, except on a full disk or a signal
+            written = os.pwrite(fd, view, offset)
+            view, offset = view[written:], offset + written
+
+    def close(self) -> None:
+        """Release the open ``.part`` file; what was written stays and counts after a restart."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def finish(self) -> Path:
         """fsync the completed payload and give it its final name."""
         if not self.done_path.exists():
-            with self.part.open("rb") as f:
-                os.fsync(f.fileno())
+            if self._file is None:
+                self._file = self.part.open("rb", buffering=0)
+            os.fsync(self._file.fileno())
+            self.close()
             os.replace(self.part, self.done_path)
+        self._finished = True
         return self.done_path
 
     def discard(self) -> None:
+        self.close()
         self.part.unlink(missing_ok=True)
         self.done_path.unlink(missing_ok=True)
 

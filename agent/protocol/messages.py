@@ -156,14 +156,20 @@ def check_addressed(message: DesiredState | Command, device_id: str, last_seq: i
 
 @dataclass(frozen=True)
 class ChunkRequest:
-    """A device asks for the chunks of an artifact it misses, as [start, end) ranges."""
+    """A device asks for the chunks of an artifact it misses, as [start, end) ranges.
+
+    ``repeat`` marks a request made after an earlier one in the same download went quiet: chunks the
+    server published moments before it are still on their way to the device and are not sent again.
+    Old devices do not send it; it then reads as a first request."""
 
     device_id: str
     artifact_id: str
     ranges: list[list[int]]
+    repeat: bool = False
 
     def to_payload(self) -> bytes:
-        return encode_json({"device_id": self.device_id, "artifact_id": self.artifact_id, "ranges": self.ranges})
+        return encode_json({"device_id": self.device_id, "artifact_id": self.artifact_id, "ranges": self.ranges,
+                            "repeat": self.repeat})
 
     @classmethod
     def from_payload(cls, raw: bytes) -> "ChunkRequest":
@@ -172,7 +178,8 @@ class ChunkRequest:
         for r in ranges:
             if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in r) and r[0] < r[1]):
                 raise ProtocolError("chunk-request.ranges: each range must be [start, end) with 0 <= start < end")
-        return cls(validate_id(f.str("device_id", 64)), validate_id(f.str("artifact_id", 64), "artifact id"), ranges)
+        repeat = f.bool("repeat") if f.data.get("repeat") is not None else False
+        return cls(validate_id(f.str("device_id", 64)), validate_id(f.str("artifact_id", 64), "artifact id"), ranges, repeat)
 
 
 @dataclass(frozen=True)
