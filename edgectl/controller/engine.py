@@ -99,6 +99,8 @@ class Engine(Reports):
     def _start_wave(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         if rollout.status != "running":
             return
+        online = {d.id for d in self.store.devices() if d.online}
+        self.publisher.expect(rollout, [r for r in rows if r.status == "planned" and r.device_id in online])
         for row in rows:
             if row.status == "planned":
                 self._supersede(rollout, row.device_id)

@@ -38,6 +38,9 @@ class Publisher(Protocol):
     def send(self, device_id: str, leaf: str, payload: bytes) -> bool:
         """Publish to one device's topic; False when the broker did not take it."""
 
+    def expect(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
+        """Tell the artifact server these devices are about to ask: it publishes once all asked, not before."""
+
 
 def package_info(rollout: RolloutRow, variant: str) -> dict[str, Any]:
     """The spec's entry for one variant (name, version, target, artifact_id, path, label)."""

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.errors import EdgeError
 from agent.protocol import topics
+from agent.protocol.messages import DeviceEvent
 from agent.protocol.envelope import TrustedKeys
 from agent.transport import Message, MqttTransport
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
@@ -85,6 +86,11 @@ class Controller:
                                  None if cancel else shadow_threshold(rollout, row))
         self.send(row.device_id, "desired", payload)
         return payload
+
+    def expect(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
+        for row in rows:
+            if row.variant:
+                self.server.expect(self._package(rollout, row.variant).manifest.artifact_id, [row.device_id])
 
     def rollback(self, rollout: RolloutRow, device_id: str) -> tuple[bool, bytes]:
         acked = self.send(device_id, "commands", signed_command(self.key, device_id, "rollback", {"deployment_id": rollout.id}))
@@ -165,11 +171,18 @@ class Controller:
                     followups.append(result)
             for kind, value in followups:
                 if kind == "event":
+                    self._release(value)
                     self.engine.on_event(value)
                 elif kind == "birth":
                     self.engine.on_birth(value)
                 else:
                     self.engine.on_state(*value)
+
+    def _release(self, event: DeviceEvent) -> None:
+        """A device that finished (or refused) before asking for chunks will not ask: the server stops waiting for it."""
+        if event.status != "running":
+            for artifact_id in self.packages:
+                self.server.release(artifact_id, event.device_id)
 
     def _serve_active(self) -> None:
         for rollout in self.store.rollouts(ACTIVE + ("done",)):
