@@ -19,7 +19,9 @@ from edgectl.home import edgectl_home
 from edgectl.keys import Keyring
 from edgectl.sim import BASE_LATENCY_MS, SimAgent, SimFleet
 
-__all__ = ["parse_factors", "parse_profiles"]
+__all__ = ["MAX_PER_PROCESS", "parse_factors", "parse_profiles"]
+
+MAX_PER_PROCESS = 300  # each light agent holds 3 file descriptors (socket and paho's wake-up pair)
 
 
 def parse_profiles(text: Optional[str], agents: Optional[int]) -> list[tuple[str, int]]:
@@ -27,7 +29,7 @@ def parse_profiles(text: Optional[str], agents: Optional[int]) -> list[tuple[str
     if not text:
         if agents is None:
             raise UserError("give --agents N, --profiles PROFILE:COUNT,..., or both")
-        return [("cpu-x86", agents)]
+        return _within_limit([("cpu-x86", agents)])
     mix = []
     for part in text.split(","):
         name, sep, count = part.strip().partition(":")
@@ -39,6 +41,14 @@ def parse_profiles(text: Optional[str], agents: Optional[int]) -> list[tuple[str
     total = sum(n for _, n in mix)
     if agents is not None and agents != total:
         raise UserError(f"--agents {agents} but --profiles adds up to {total}")
+    return _within_limit(mix)
+
+
+def _within_limit(mix: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    total = sum(n for _, n in mix)
+    if total > MAX_PER_PROCESS:
+        raise UserError(f"{total} agents: one process runs at most {MAX_PER_PROCESS} (paho's select() loop stops at file"
+                        " descriptor 1024); start several `edgectl sim` with different --prefix")
     return mix
 
 

@@ -54,6 +54,7 @@ def test_sim_agents_announce_their_profiles_and_go_offline_on_stop(edgectl_home:
     (["--agents", "2", "--agreement", "clf=0.9"], "'clf=0.9' is not FACTOR or NAME@VERSION=FACTOR"),
     (["--agents", "2", "--tag", "lobby"], "'lobby' is not KEY=VALUE"),
     ([], "give --agents N, --profiles"),
+    (["--agents", "301"], "one process runs at most 300"),
 ])
 def test_sim_rejects_bad_arguments_with_one_line(edgectl_home: EdgectlHome, args: list[str], message: str) -> None:
     result = edgectl_home.edgectl("sim", *args, "--duration", "1")
