@@ -52,6 +52,7 @@ from edgectl.keys import Keyring  # noqa: E402
 from edgectl.package import BuildOptions, Package, build_package, read_package  # noqa: E402
 from edgectl.sim import SimAgent, SimFleet  # noqa: E402
 from tests.brokers import start_mosquitto  # noqa: E402
+from tests.pump import InboxPump  # noqa: E402
 
 COMMAND = "./scripts/bench delivery"
 FANOUT_GOAL, BYTES_GOAL, THROUGHPUT_GOAL = 2.0, 1.1, 0.5
@@ -150,20 +151,14 @@ class BenchController:
         self.server = ArtifactServer(self.transport).start()  # production defaults
         m = package.manifest
         self.server.serve(ServedArtifact(m.artifact_id, package.payload, m.payload.chunk_size, len(m.payload.chunks)))
-        self._stop = threading.Event()
-        threading.Thread(target=self._pump, name="bench-ctl-pump", daemon=True).start()
+        self._pump = InboxPump(self.inbox, self._handle, "bench-ctl-pump")
 
-    def _pump(self) -> None:
-        while not self._stop.is_set():
-            try:
-                message = self.inbox.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if message.topic.endswith("/chunk-requests"):
-                self.server.handle_request(message.payload)
+    def _handle(self, message: Message) -> None:
+        if message.topic.endswith("/chunk-requests"):
+            self.server.handle_request(message.payload)
 
     def close(self) -> None:
-        self._stop.set()
+        self._pump.close()
         self.server.stop()
         self.transport.close()
 
@@ -175,22 +170,16 @@ def agent_path_transfer(url: str, ctl: BenchController, package: Package, work: 
     transport = MqttTransport(url, f"tp-{device_id}", inbox=inbox)
     transport.connect()
     fetcher = ChunkFetcher(transport, device_id, 1.0, 120.0)
-    stop = threading.Event()
     first: list[float] = []
 
-    def loop() -> None:  # the agent's message loop: chunks go to the fetcher
-        while not stop.is_set():
-            try:
-                message = inbox.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if message.topic.startswith(f"{topics.ROOT}/artifacts/"):
-                artifact_id, index = topics.parse_artifact_chunk(message.topic)
-                if not first:
-                    first.append(time.perf_counter())
-                fetcher.feed(artifact_id, index, message.payload)
+    def handle(message: Message) -> None:  # the agent's message loop: chunks go to the fetcher
+        if message.topic.startswith(f"{topics.ROOT}/artifacts/"):
+            artifact_id, index = topics.parse_artifact_chunk(message.topic)
+            if not first:
+                first.append(time.perf_counter())
+            fetcher.feed(artifact_id, index, message.payload)
 
-    threading.Thread(target=loop, daemon=True).start()
+    pump = InboxPump(inbox, handle, "bench-agent-pump")
     download = Download(work / device_id, package.manifest.payload)
     ctl.server.expect(package.manifest.artifact_id, [device_id])  # as a deployment does for its devices
     try:
@@ -198,7 +187,7 @@ def agent_path_transfer(url: str, ctl: BenchController, package: Package, work: 
         fetcher.fetch(download)
         elapsed = time.perf_counter() - start
     finally:
-        stop.set()
+        pump.close()
         transport.close()
     assert download.done_path.stat().st_size == package.manifest.payload.size
     download.discard()

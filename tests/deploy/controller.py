@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import queue
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +24,7 @@ from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
 from tests.fleet import AgentProcess, EdgectlHome, wait_for
+from tests.pump import InboxPump
 
 __all__ = ["Controller", "PausableAgent", "replace", "resign_manifest"]
 
@@ -51,29 +51,22 @@ class Controller:
         self.requests: list[bytes] = []
         self.events: list[DeviceEvent] = []
         self._seq = int(time.time() * 1000)
-        self._stop = threading.Event()
         self.transport.connect()
         self.server.start()
-        self._thread = threading.Thread(target=self._pump, daemon=True)
-        self._thread.start()
+        self._pump = InboxPump(self.inbox, self._handle)
 
     def close(self) -> None:
-        self._stop.set()
+        self._pump.close()
         self.server.stop()
         self.transport.close()
 
-    def _pump(self) -> None:
-        while not self._stop.is_set():
-            try:
-                message = self.inbox.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if message.topic.endswith("/chunk-requests"):
-                self.requests.append(message.payload)
-                if self.serving:
-                    self.server.handle_request(message.payload)
-            elif message.topic.endswith("/events"):
-                self.events.append(DeviceEvent.from_payload(message.payload))
+    def _handle(self, message: Message) -> None:
+        if message.topic.endswith("/chunk-requests"):
+            self.requests.append(message.payload)
+            if self.serving:
+                self.server.handle_request(message.payload)
+        elif message.topic.endswith("/events"):
+            self.events.append(DeviceEvent.from_payload(message.payload))
 
     # -- packages ---------------------------------------------------------------------------------
 

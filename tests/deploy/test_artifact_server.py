@@ -22,6 +22,7 @@ from agent.transport import Message, MqttTransport
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from tests.brokers import BrokerProcess
 from tests.fleet import wait_for
+from tests.pump import InboxPump
 
 CHUNK = 4096
 COUNT = 10
@@ -48,23 +49,15 @@ class Server:
         self.server = ArtifactServer(self.transport, **options).start()  # type: ignore[arg-type]
         self.requests: list[ChunkRequest] = []
         self.serving = True
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._pump, daemon=True)
-        self._thread.start()
+        self._pump = InboxPump(self.inbox, self._handle)
 
-    def _pump(self) -> None:
-        while not self._stop.is_set():
-            try:
-                message = self.inbox.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            self.requests.append(ChunkRequest.from_payload(message.payload))
-            if self.serving:
-                self.server.handle_request(message.payload)
+    def _handle(self, message: Message) -> None:
+        self.requests.append(ChunkRequest.from_payload(message.payload))
+        if self.serving:
+            self.server.handle_request(message.payload)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._pump.close()
         self.server.stop()
         self.transport.close()
 
@@ -78,16 +71,7 @@ class Device:
         self.transport.connect()
         self.fetcher = ChunkFetcher(self.transport, device_id, request_interval_s, 60.0)
         self.error: list[BaseException] = []
-        self._stop = threading.Event()
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                message = self.inbox.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            self.fetcher.feed(*topics.parse_artifact_chunk(message.topic), message.payload)
+        self._pump = InboxPump(self.inbox, lambda m: self.fetcher.feed(*topics.parse_artifact_chunk(m.topic), m.payload))
 
     def start_fetch(self, download: Download) -> threading.Thread:
         def run() -> None:
@@ -101,7 +85,7 @@ class Device:
 
     def close(self) -> None:
         self.fetcher.cancel()
-        self._stop.set()
+        self._pump.close()
         self.transport.close()
 
 
