@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
 
 from agent.errors import ConfigError
 from agent.protocol.topics import validate_id
@@ -19,9 +19,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TlsSettings:
-    ca: Optional[Path] = None
-    cert: Optional[Path] = None
-    key: Optional[Path] = None
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,10 @@ class DeploySettings:
     stage_timeout_s: float = 120.0
     stage_memory_mb: int = 4096
     health_runs: int = 20
-    health_max_latency_ms: Optional[float] = None
+    health_max_latency_ms: float | None = None
     selection_budget_s: float = 3.0
     max_restarts_per_state: int = 3
-    download_quota_bytes: Optional[int] = None  # cap on bytes a download may write (a small-disk seam)
+    download_quota_bytes: int | None = None  # cap on bytes a download may write (a small-disk seam)
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class AgentConfig:
     insecure: bool = False
     tls: TlsSettings = field(default_factory=TlsSettings)
     state_dir: Path = Path("/var/lib/edge-agent")
-    target: Optional[str] = None
+    target: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     trust: TrustSettings = field(default_factory=TrustSettings)
     inference: InferenceSettings = field(default_factory=InferenceSettings)
@@ -68,7 +68,7 @@ class AgentConfig:
     log_level: str = "INFO"
     log_json: bool = False
 
-    def check(self, where: str) -> "AgentConfig":
+    def check(self, where: str) -> AgentConfig:
         validate_id(self.device_id)
         check_transport_security(self.broker, self.insecure, where)
         if self.broker.startswith("mqtts") and self.tls.cert is None:
@@ -81,7 +81,7 @@ class AgentConfig:
         return self
 
 
-def load_agent_config(path: Optional[Path], overrides: Mapping[str, str] = {}) -> AgentConfig:
+def load_agent_config(path: Path | None, overrides: Mapping[str, str] = {}) -> AgentConfig:
     """Load and validate the agent configuration."""
     config = load_settings(AgentConfig, path, "EDGE_AGENT_", overrides)
     return config.check(str(path) if path else "configuration")

@@ -8,15 +8,18 @@ touches the active model.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import queue
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from agent import __version__
+from agent.backends import runtime_versions
 from agent.config import AgentConfig
 from agent.deploy.fetch import ChunkFetcher
 from agent.deploy.ledger import Ledger
@@ -31,10 +34,14 @@ from agent.protocol import topics
 from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, KEY_ROTATION_TYPE, MANIFEST_TYPE, Envelope
 from agent.protocol.manifest import Manifest
 from agent.protocol.messages import (
-    Command, DesiredState, DeviceEvent, Presence, check_addressed, verify_signed,
+    Command,
+    DesiredState,
+    DeviceEvent,
+    Presence,
+    check_addressed,
+    verify_signed,
 )
 from agent.protocol.schema import encode_json
-from agent.backends import runtime_versions
 from agent.serving import InferenceServer, ModelRegistry
 from agent.telemetry import device_metrics
 from agent.tls import tls_context
@@ -46,12 +53,12 @@ log = logging.getLogger(__name__)
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, pause_in: Optional[Callable[[State], None]] = None) -> None:
+    def __init__(self, config: AgentConfig, pause_in: Callable[[State], None] | None = None) -> None:
         self.config = config
         self.id = config.device_id
         self.state_dir = config.state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        self.inbox: queue.Queue[Message] = queue.Queue()
         self.stopping = threading.Event()
         self.rejected: Counter[str] = Counter()
         self._seen_reasons: set[str] = set()
@@ -83,9 +90,9 @@ class Agent:
                       self.fetcher.fetch, config.target)
         self.machine = Machine(self.state_dir / "deployment.json", steps.handlers(), self._report,
                                config.deploy.max_restarts_per_state, pause_in)
-        self.deployment: Optional[Deployment] = None
-        self._resumed: Optional[Deployment] = None
-        self._pending: "queue.Queue[Deployment]" = queue.Queue()
+        self.deployment: Deployment | None = None
+        self._resumed: Deployment | None = None
+        self._pending: queue.Queue[Deployment] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="deployments", daemon=True)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -102,10 +109,8 @@ class Agent:
         self._worker.start()
         next_telemetry = time.monotonic()
         while not self.stopping.is_set():
-            try:
+            with contextlib.suppress(queue.Empty):
                 self._dispatch(self.inbox.get(timeout=0.2))
-            except queue.Empty:
-                pass
             if time.monotonic() >= next_telemetry:
                 self._publish_telemetry()
                 next_telemetry = time.monotonic() + self.config.telemetry_interval_s
@@ -257,10 +262,7 @@ class Agent:
             self._publish_state()
 
     def _report(self, deployment: Deployment) -> None:
-        if deployment.state is State.DONE:
-            status = deployment.outcome or "failed"
-        else:
-            status = "running"
+        status = deployment.outcome or "failed" if deployment.state is State.DONE else "running"
         data = {k: v for k, v in deployment.data.items() if k in ("backend", "health_p95_ms", "stage", "shadow")}
         m = deployment.manifest
         data.update(model=m.name, version=m.version)
@@ -270,7 +272,7 @@ class Agent:
         if deployment.state is State.DONE:
             self._publish_telemetry()  # the backend and model changed: report it now, not at the next tick
 
-    def _event(self, deployment_id: str, state: str, status: str, detail: str, data: Optional[dict[str, Any]] = None) -> None:
+    def _event(self, deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any] | None = None) -> None:
         event = DeviceEvent(self.id, deployment_id, state, status, detail, time.time(), data or {})
         self.transport.publish(topics.device(self.id, "events"), event.to_payload(), qos=1)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["atomic_write", "atomic_write_json", "fsync_dir", "read_json"]
 
@@ -33,7 +33,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
-def read_json(path: Path) -> Optional[Any]:
+def read_json(path: Path) -> Any | None:
     """The JSON in ``path``, or None when it is missing or unreadable (a torn write is impossible)."""
     try:
         return json.loads(path.read_bytes())

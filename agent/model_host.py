@@ -6,13 +6,13 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
+from agent.backends import Runner
 from agent.deploy.golden import load_golden
 from agent.deploy.slots import ActiveModel, Slots
-from agent.backends import Runner
 from agent.hardware import Hardware
 from agent.protocol.manifest import Manifest
 from agent.selection import Selection, select_backend
@@ -48,7 +48,7 @@ class ModelHost:
         self.cache_dir = cache_dir
         self.budget_s = budget_s
         self._lock = threading.Lock()
-        self.current: Optional[LoadedModel] = None
+        self.current: LoadedModel | None = None
 
     def manifest_of(self, active: ActiveModel) -> Manifest:
         return Manifest.from_bytes((self.slots.dir(active.slot) / "manifest.json").read_bytes())

@@ -16,8 +16,8 @@ Device-safe: imports only onnx, numpy, the standard library and agent.errors.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Iterator
 
 import onnx
 from google.protobuf.message import DecodeError

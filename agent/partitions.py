@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -78,7 +79,7 @@ class PartitionedRunner:
     so callers never report an accelerator they are not using.
     """
 
-    def __init__(self, plan: PartitionPlan, available: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, plan: PartitionPlan, available: Sequence[str] | None = None) -> None:
         import onnxruntime as ort
 
         have = set(ort.get_available_providers() if available is None else available)
@@ -102,19 +103,19 @@ class PartitionedRunner:
         if missing:
             raise ModelError(f"missing input {missing[0]!r}; the model needs {', '.join(self.plan.inputs)}")
         values: dict[str, np.ndarray] = dict(feeds)
-        for piece, session in zip(self.plan.pieces, self._sessions):
+        for piece, session in zip(self.plan.pieces, self._sessions, strict=False):
             results = session.run(list(piece.outputs), {name: values[name] for name in piece.inputs})
-            values.update(zip(piece.outputs, results))
+            values.update(zip(piece.outputs, results, strict=False))
         return {name: values[name] for name in self.plan.outputs}
 
     def close(self) -> None:
         """Drop the sessions."""
         self._sessions.clear()
 
-    def __enter__(self) -> "PartitionedRunner":
+    def __enter__(self) -> PartitionedRunner:
         return self
 
     def __exit__(
-        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()

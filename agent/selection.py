@@ -15,9 +15,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -301,7 +302,7 @@ def _time_in_blocks(
     if progress:
         progress(f"timing {len(active)} backend(s) for up to {budget_s:g} s")
     while True:
-        for (runner, _), times in zip(active, samples):
+        for (runner, _), times in zip(active, samples, strict=False):
             runner.infer(feeds, check=False)
             block_end = time.perf_counter() + block_s
             while len(times) < MAX_RUNS:
@@ -313,7 +314,7 @@ def _time_in_blocks(
         fewest = min(len(t) for t in samples)
         if fewest >= MAX_RUNS or (fewest >= MIN_RUNS and time.perf_counter() >= deadline):
             break
-    for (_, fig), times in zip(active, samples):
+    for (_, fig), times in zip(active, samples, strict=False):
         ms = np.array(times) * 1000.0
         fig.update(runs=len(times), median_ms=round(float(np.median(ms)), 4), p95_ms=round(float(np.percentile(ms, 95)), 4))
 

@@ -12,8 +12,9 @@ import dataclasses
 import os
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional, TypeVar, Union
+from typing import Any, TypeVar, Union
 
 import yaml
 
@@ -26,7 +27,7 @@ S = TypeVar("S")
 
 def load_settings(
     cls: type[S],
-    path: Optional[Path],
+    path: Path | None,
     env_prefix: str,
     overrides: Mapping[str, str] = {},
     environ: Mapping[str, str] = os.environ,

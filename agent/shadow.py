@@ -9,8 +9,9 @@ values match within the dtype's golden tolerance.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def _synthetic(golden: Feeds, specs: list[TensorSpec], rng: np.random.Generator)
     return feed
 
 
-def _dtype(name: Optional[str]) -> np.dtype[Any]:
+def _dtype(name: str | None) -> np.dtype[Any]:
     try:
         dtype = np.dtype(name or "float32")
     except TypeError:

@@ -10,8 +10,9 @@ import shutil
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import psutil
@@ -70,7 +71,7 @@ class ModelStats:
             "requests": requests,
             "errors": errors,
             "latency_sum_s": round(total, 6),
-            "latency_ms": dict(zip(("p50", "p95", "p99"), (round(q, 3) for q in quantiles))),
+            "latency_ms": dict(zip(("p50", "p95", "p99"), (round(q, 3) for q in quantiles), strict=False)),
             "window_requests": int(latencies.size),
             "throughput_rps": round(latencies.size / span, 3),
         }
@@ -144,7 +145,7 @@ def _model_samples(family: str, model: str, data: Mapping[str, Any]) -> list[str
         return [f"{family}{_labels(labels)} {data.get('throughput_rps', 0.0)}"]
     samples = [
         f"{family}{_labels({**labels, 'quantile': q})} {ms / 1000.0}"
-        for q, ms in zip(("0.5", "0.95", "0.99"), (data.get("latency_ms") or {}).values())
+        for q, ms in zip(("0.5", "0.95", "0.99"), (data.get("latency_ms") or {}).values(), strict=False)
     ]
     ok = int(data.get("requests", 0)) - int(data.get("errors", 0))
     samples.append(f"{family}_sum{_labels(labels)} {data.get('latency_sum_s', 0.0)}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import ssl
 from pathlib import Path
-from typing import Optional
 
 from agent.errors import ConfigError
 
@@ -35,7 +34,7 @@ def _encrypted(key: Path) -> bytes:
     raise ConfigError(f"tls.key: {key} is encrypted with a passphrase: the agent needs an unencrypted key (mode 600)")
 
 
-def tls_context(ca: Path, cert: Optional[Path], key: Optional[Path]) -> ssl.SSLContext:
+def tls_context(ca: Path, cert: Path | None, key: Path | None) -> ssl.SSLContext:
     """A client context that trusts only ``ca``, checks the broker's host name, and presents ``cert``.
 
     ``cert`` and ``key`` come together or not at all; TLS 1.2 is the minimum. Use it with paho's

@@ -15,14 +15,15 @@ import random
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
-from paho.mqtt.properties import Properties
 from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from agent.errors import BrokerUnavailable, ConfigError
 
@@ -40,7 +41,7 @@ class BrokerAddress:
     tls: bool
 
     @classmethod
-    def parse(cls, url: str) -> "BrokerAddress":
+    def parse(cls, url: str) -> BrokerAddress:
         parsed = urlparse(url if "://" in url else f"mqtt://{url}")
         if parsed.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
             raise ConfigError(f"broker URL {url!r}: scheme must be mqtt:// or mqtts://")
@@ -90,10 +91,10 @@ class MqttTransport:
         url: str,
         client_id: str,
         *,
-        inbox: "queue.Queue[Message]",
-        tls_context: Optional[ssl.SSLContext] = None,
-        will: Optional[Will] = None,
-        on_connect: Optional[Callable[[], None]] = None,
+        inbox: queue.Queue[Message],
+        tls_context: ssl.SSLContext | None = None,
+        will: Will | None = None,
+        on_connect: Callable[[], None] | None = None,
         protocol: str = "auto",
         keepalive: int = 30,
         max_inflight: int = 64,
@@ -115,8 +116,8 @@ class MqttTransport:
         self._lock = threading.Lock()
         self._connected = threading.Event()
         self._closed = threading.Event()
-        self._refused: Optional[int] = None
-        self.max_packet_size: Optional[int] = None
+        self._refused: int | None = None
+        self.max_packet_size: int | None = None
         self.mqtt_version = "5" if protocol != "3.1.1" else "3.1.1"
         self._client = self._new_client(self.mqtt_version)
 
@@ -176,7 +177,7 @@ class MqttTransport:
         self._client.loop_stop()
         return False
 
-    def close(self, final: Optional[tuple[str, bytes]] = None) -> None:
+    def close(self, final: tuple[str, bytes] | None = None) -> None:
         """Publish ``final`` (topic, payload; retained) if connected, then disconnect cleanly."""
         if final is not None and self._connected.is_set():
             self.publish(final[0], final[1], qos=1, retain=True, wait=2.0)
@@ -192,7 +193,7 @@ class MqttTransport:
 
     # -- callbacks: network thread, enqueue only ----------------------------------------------
 
-    def _on_connect(self, client: mqtt.Client, _u: Any, _f: Any, reason: Any, props: Optional[Properties]) -> None:
+    def _on_connect(self, client: mqtt.Client, _u: Any, _f: Any, reason: Any, props: Properties | None) -> None:
         if reason.is_failure:
             self._refused = int(reason.value)
             return
@@ -234,7 +235,7 @@ class MqttTransport:
 
     def publish(
         self, topic: str, payload: bytes, qos: int = 1, retain: bool = False,
-        wait: Optional[float] = None, expiry_s: Optional[int] = None,
+        wait: float | None = None, expiry_s: int | None = None,
     ) -> bool:
         """Publish; with ``wait``, block up to that many seconds for the broker's ack.
 

@@ -17,9 +17,9 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
 
 from agent.errors import EdgeError
 from agent.protocol import topics
@@ -65,10 +65,10 @@ class ArtifactServer:
         self.bytes_sent = 0
         self.chunks_sent = 0
         self.requests = 0
-        self.first_sent_at: Optional[float] = None  # time.monotonic() of the first chunk published
+        self.first_sent_at: float | None = None  # time.monotonic() of the first chunk published
         self._thread = threading.Thread(target=self._send_loop, name="artifact-server", daemon=True)
 
-    def start(self) -> "ArtifactServer":
+    def start(self) -> ArtifactServer:
         self.transport.subscribe(topics.device("+", "chunk-requests"), 1)
         self._thread.start()
         return self
@@ -102,7 +102,7 @@ class ArtifactServer:
             self._waiting.get(artifact_id, set()).discard(device_id)
             self._cond.notify_all()
 
-    def handle_request(self, raw: bytes) -> Optional[ChunkRequest]:
+    def handle_request(self, raw: bytes) -> ChunkRequest | None:
         """Queue the chunks a device asked for; malformed requests are dropped with a log line."""
         try:
             request = ChunkRequest.from_payload(raw)
@@ -131,7 +131,7 @@ class ArtifactServer:
         self._last_request[artifact_id] = now
         pending |= wanted
 
-    def _next_batch(self) -> Optional[tuple[ServedArtifact, list[int]]]:
+    def _next_batch(self) -> tuple[ServedArtifact, list[int]] | None:
         with self._cond:
             while not self._stop:
                 now = time.monotonic()
@@ -194,7 +194,7 @@ class ArtifactServer:
         finally:
             acks.close()
 
-    def _publish(self, artifact: ServedArtifact, batch: list[int], fd: int, acks: "_AckWindow") -> None:
+    def _publish(self, artifact: ServedArtifact, batch: list[int], fd: int, acks: _AckWindow) -> None:
         if self.first_sent_at is None:
             self.first_sent_at = time.monotonic()
         for index in batch:
@@ -218,7 +218,7 @@ class _AckWindow:
         self.step = max(1, window // 2)
         self._count = 0
         self._slots = threading.Semaphore(2)
-        self._markers: "queue.SimpleQueue[Optional[tuple[str, bytes]]]" = queue.SimpleQueue()
+        self._markers: queue.SimpleQueue[tuple[str, bytes] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._wait_loop, name="artifact-server-acks", daemon=True)
         self._thread.start()
 

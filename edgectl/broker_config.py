@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import grp
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
 
 from agent.errors import ConfigError
 from agent.protocol.topics import DEVICE_PUBLISHES, DEVICE_SUBSCRIBES, ROOT
@@ -27,7 +27,7 @@ class BrokerConfig:
     acl: Path
     crl: Path
     hosts: tuple[str, ...]
-    key_group: Optional[str]
+    key_group: str | None
 
 
 def render_acl() -> str:
@@ -52,7 +52,7 @@ def render_acl() -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_mosquitto_conf(files: Path, port: int, bind: Optional[str] = None) -> str:
+def render_mosquitto_conf(files: Path, port: int, bind: str | None = None) -> str:
     """mosquitto.conf whose cafile, certfile, keyfile, crlfile and acl_file lie in ``files``."""
     listener = f"listener {port} {bind}" if bind else f"listener {port}"
     return "\n".join([
@@ -81,8 +81,8 @@ def write_broker_config(
     out: Path,
     port: int,
     hosts: Iterable[str],
-    install_dir: Optional[Path] = None,
-    bind: Optional[str] = None,
+    install_dir: Path | None = None,
+    bind: str | None = None,
     key_group: str = "mosquitto",
 ) -> BrokerConfig:
     """Write mosquitto.conf, acl, ca.pem, crl.pem and a broker server certificate into ``out``.
@@ -107,7 +107,7 @@ def write_broker_config(
     return BrokerConfig(conf=conf, acl=out / "acl", crl=out / "crl.pem", hosts=hosts, key_group=group)
 
 
-def _give_key_to_group(key: Path, group: str) -> Optional[str]:
+def _give_key_to_group(key: Path, group: str) -> str | None:
     """Let ``group`` read the broker key; None when that group does not exist here or we may not.
 
     Mosquitto started as root drops to the ``mosquitto`` user before it reads its key and ACL.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from agent.config import TlsSettings
 from agent.settings import load_settings
@@ -28,7 +27,7 @@ class ControllerSettings:
     # The rollout store (SQLite file); None: $EDGECTL_HOME/controller.db. Relative paths are
     # relative to the config file. `edgectl deploy --fleet`, `rollout ...` and `controller run`
     # must all use the same one.
-    store: Optional[Path] = None
+    store: Path | None = None
 
     def store_path(self) -> Path:
         return self.store or edgectl_home() / "controller.db"
@@ -36,7 +35,7 @@ class ControllerSettings:
 
 @dataclass(frozen=True)
 class EdgectlConfig:
-    broker: Optional[str] = None
+    broker: str | None = None
     insecure: bool = False
     mqtt_protocol: str = "auto"
     tls: TlsSettings = field(default_factory=TlsSettings)
@@ -44,7 +43,7 @@ class EdgectlConfig:
     controller: ControllerSettings = field(default_factory=ControllerSettings)
 
 
-def load_edgectl_config(path: Optional[Path]) -> EdgectlConfig:
+def load_edgectl_config(path: Path | None) -> EdgectlConfig:
     """The given file, else the first of ./edgectl.yaml and ~/.config/edgectl/edgectl.yaml, else defaults."""
     if path is None:
         path = next((p for p in SEARCH if p.is_file()), None)

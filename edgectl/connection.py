@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import queue
 import uuid
-from typing import Optional
 
 from agent.errors import BrokerUnavailable
 from agent.tls import tls_context
@@ -16,7 +15,7 @@ from edgectl.embedded_broker import discovered_broker_url
 __all__ = ["open_transport", "resolve_broker"]
 
 
-def resolve_broker(flag: Optional[str], config: EdgectlConfig) -> str:
+def resolve_broker(flag: str | None, config: EdgectlConfig) -> str:
     url = flag or config.broker or discovered_broker_url()
     if url is None:
         raise BrokerUnavailable(
@@ -25,7 +24,7 @@ def resolve_broker(flag: Optional[str], config: EdgectlConfig) -> str:
     return url
 
 
-def open_transport(flag: Optional[str], config: EdgectlConfig, inbox: "queue.Queue[Message]", role: str = "cli") -> MqttTransport:
+def open_transport(flag: str | None, config: EdgectlConfig, inbox: queue.Queue[Message], role: str = "cli") -> MqttTransport:
     """A connected transport for this edgectl process."""
     url = resolve_broker(flag, config)
     check_transport_security(url, config.insecure, "edgectl config")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import queue
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -49,8 +50,8 @@ class DeviceProgress:
         return self.status in TERMINAL
 
 
-def signed_desired(key: Ed25519PrivateKey, device_id: str, deployment_id: str, package: Optional[Package],
-                   allow_downgrade: bool = False, shadow_min: Optional[float] = None) -> bytes:
+def signed_desired(key: Ed25519PrivateKey, device_id: str, deployment_id: str, package: Package | None,
+                   allow_downgrade: bool = False, shadow_min: float | None = None) -> bytes:
     """A signed desired state for one device; ``package`` None means: keep what you have.
 
     ``shadow_min``: run the new model beside the serving one first and cut over only at this agreement."""
@@ -94,14 +95,14 @@ def publish_desired_all(transport: MqttTransport, key: Ed25519PrivateKey, device
 
 def deploy_to_devices(
     transport: MqttTransport,
-    inbox: "queue.Queue[Message]",
+    inbox: queue.Queue[Message],
     package: Package,
     device_ids: list[str],
     key: Ed25519PrivateKey,
     timeout_s: float,
     on_progress: Callable[[DeviceProgress], None] = lambda _p: None,
     allow_downgrade: bool = False,
-    server: Optional[ArtifactServer] = None,
+    server: ArtifactServer | None = None,
 ) -> tuple[str, dict[str, DeviceProgress]]:
     """Returns the deployment id and each device's final progress.
 
@@ -126,7 +127,7 @@ def deploy_to_devices(
     return deployment_id, progress
 
 
-def _follow(inbox: "queue.Queue[Message]", server: ArtifactServer, artifact_id: str, deployment_id: str,
+def _follow(inbox: queue.Queue[Message], server: ArtifactServer, artifact_id: str, deployment_id: str,
             progress: dict[str, DeviceProgress], timeout_s: float, on_progress: Callable[[DeviceProgress], None]) -> None:
     deadline = time.monotonic() + timeout_s
     while not all(p.done for p in progress.values()) and time.monotonic() < deadline:
@@ -147,7 +148,7 @@ def _follow(inbox: "queue.Queue[Message]", server: ArtifactServer, artifact_id: 
 
 
 def _apply_event(raw: bytes, deployment_id: str, progress: dict[str, DeviceProgress],
-                 on_progress: Callable[[DeviceProgress], None]) -> Optional[DeviceEvent]:
+                 on_progress: Callable[[DeviceProgress], None]) -> DeviceEvent | None:
     try:
         event = DeviceEvent.from_payload(raw)
     except EdgeError:

@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from agent.errors import BrokerUnavailable, ConfigError
 from edgectl.home import edgectl_home
@@ -43,7 +43,7 @@ def run_embedded_broker(host: str, port: int, register: bool = True) -> None:
     asyncio.run(_serve(Broker, host, port, registration))
 
 
-async def _serve(broker_class: Any, host: str, port: int, registration: Optional[Path]) -> None:
+async def _serve(broker_class: Any, host: str, port: int, registration: Path | None) -> None:
     broker = broker_class(_config(host, port))  # amqtt binds to the running loop when built
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -64,7 +64,7 @@ async def _serve(broker_class: Any, host: str, port: int, registration: Optional
         await broker.shutdown()
 
 
-def discovered_broker_url() -> Optional[str]:
+def discovered_broker_url() -> str | None:
     """URL of the embedded broker started by `edgectl broker` on this machine, if it still runs."""
     path = edgectl_home() / _REGISTRATION
     try:

@@ -21,7 +21,7 @@ def tiny_classifier(path: Path, classes: int = 10, size: int = 32, seed: int = 0
     w = lambda *shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32))  # noqa: E731
     inits = [w(16, 3, 3, 3), w(16), w(32, 16, 3, 3), w(32), w(classes, 32), w(classes)]
     names = ["conv1_w", "conv1_b", "conv2_w", "conv2_b", "fc_w", "fc_b"]
-    for tensor, name in zip(inits, names):
+    for tensor, name in zip(inits, names, strict=False):
         tensor.name = name
     nodes = [
         helper.make_node("Conv", ["image", "conv1_w", "conv1_b"], ["c1"], pads=[1, 1, 1, 1]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -26,7 +26,7 @@ ROLES = ("package", "controller")
 
 
 class Keyring:
-    def __init__(self, root: Optional[Path] = None) -> None:
+    def __init__(self, root: Path | None = None) -> None:
         self.root = root or edgectl_home() / "keys"
 
     def _dir(self, role: str) -> Path:
@@ -59,7 +59,7 @@ class Keyring:
         atomic_write(directory / "active", kid.encode())
         return kid
 
-    def _active_id(self, role: str) -> Optional[str]:
+    def _active_id(self, role: str) -> str | None:
         try:
             return (self._dir(role) / "active").read_text().strip() or None
         except FileNotFoundError:
@@ -74,7 +74,7 @@ class Keyring:
             raise ConfigError(f"{role} key {kid} is not ed25519")
         return key
 
-    def public_pem(self, role: str, kid: Optional[str] = None) -> str:
+    def public_pem(self, role: str, kid: str | None = None) -> str:
         kid = kid or self._active_id(role)
         path = self._dir(role) / f"{kid}.pub"
         if kid is None or not path.exists():

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent import __version__
 from agent.errors import ModelError, PackageError
@@ -20,7 +21,6 @@ from agent.protocol.chunks import DEFAULT_CHUNK_SIZE, chunk_digests
 from agent.protocol.envelope import MANIFEST_TYPE, Envelope, TrustedKeys, sign
 from agent.protocol.manifest import FileEntry, Manifest, PayloadInfo, TargetInfo, TensorSignature
 from agent.protocol.package import ENVELOPE_MEMBER, PAYLOAD_MEMBER, open_package, sha256_file
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = ["BuildOptions", "Package", "build_package", "read_package"]
 
@@ -119,7 +119,7 @@ def _write_golden(model_path: Path, out: Path, samples: int) -> tuple[tuple[Tens
     feeds = {i.name: _sample(i.type, i.shape, samples, rng, i.name) for i in session.get_inputs()}
     results = session.run(None, feeds)
     arrays: dict[str, np.ndarray] = {f"input:{k}": v for k, v in feeds.items()}
-    for meta, value in zip(session.get_outputs(), results):
+    for meta, value in zip(session.get_outputs(), results, strict=False):
         if isinstance(value, np.ndarray) and value.dtype != object:
             arrays[f"output:{meta.name}"] = value
     buf = io.BytesIO()

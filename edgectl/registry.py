@@ -7,7 +7,7 @@ import math
 import queue
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from agent.errors import EdgeError
 from agent.protocol import topics
@@ -26,8 +26,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class DeviceRecord:
     device_id: str
-    online: Optional[bool] = None
-    last_seen: Optional[float] = None
+    online: bool | None = None
+    last_seen: float | None = None
     birth: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
 
@@ -42,7 +42,7 @@ class DeviceRecord:
             self.last_seen = max(self.last_seen or 0, float(data.get("ts") or 0))
 
     @classmethod
-    def from_row(cls, row: "DeviceRow") -> "DeviceRecord":
+    def from_row(cls, row: DeviceRow) -> DeviceRecord:
         return cls(row.id, row.online, row.last_seen, row.birth, row.state)
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,7 +62,7 @@ class DeviceRecord:
         }
 
 
-def collect_devices(transport: MqttTransport, inbox: "queue.Queue[Message]", settle_s: float = 0.5, max_s: float = 5.0) -> dict[str, DeviceRecord]:
+def collect_devices(transport: MqttTransport, inbox: queue.Queue[Message], settle_s: float = 0.5, max_s: float = 5.0) -> dict[str, DeviceRecord]:
     """Subscribe to the retained device topics and gather them until the flow settles."""
     for leaf in ("birth", "presence", "state"):
         transport.subscribe(topics.device("+", leaf), 1)
@@ -89,7 +89,7 @@ class Ingest:
         self.store = store
         self._latency_at: dict[str, float] = {}
 
-    def apply(self, message: Message) -> Optional[tuple[str, Any]]:
+    def apply(self, message: Message) -> tuple[str, Any] | None:
         """Store one device message; return ("event", DeviceEvent) or ("state", (id, state)) for rollouts."""
         parsed = topics.parse_device_topic(message.topic)
         device_id, leaf, now = parsed.device_id, parsed.leaf, time.time()

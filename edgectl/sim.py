@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -60,12 +60,12 @@ class _Route(queue.Queue):  # type: ignore[type-arg]
     many agents behind one dispatcher, a chunk can wait there longer than the request interval, and
     it must not count as missing meanwhile (asking again would make the whole wave receive it twice)."""
 
-    def __init__(self, agent: "SimAgent", shared: "queue.Queue[tuple[SimAgent, Message]]") -> None:
+    def __init__(self, agent: SimAgent, shared: queue.Queue[tuple[SimAgent, Message]]) -> None:
         super().__init__()
         self.agent, self.shared = agent, shared
-        self.fetcher: Optional[ChunkFetcher] = None
+        self.fetcher: ChunkFetcher | None = None
 
-    def put(self, item: Message, block: bool = True, timeout: Optional[float] = None) -> None:
+    def put(self, item: Message, block: bool = True, timeout: float | None = None) -> None:
         if self.fetcher is not None and item.topic.startswith(_CHUNKS):
             try:
                 self.fetcher.heard(*topics.parse_artifact_chunk(item.topic))
@@ -83,16 +83,16 @@ class SimAgent:
     agreement: dict[str, float] = field(default_factory=dict)  # shadow-run agreement, "name@version" or "*" -> fraction
     tags: dict[str, str] = field(default_factory=dict)
     fallback: bool = False
-    transport: Optional[MqttTransport] = None
-    active: Optional[dict[str, Any]] = None
-    previous: Optional[dict[str, Any]] = None
-    deploying: Optional[str] = None
+    transport: MqttTransport | None = None
+    active: dict[str, Any] | None = None
+    previous: dict[str, Any] | None = None
+    deploying: str | None = None
     requests: int = 0
 
     def factor(self, name: str, version: int) -> float:
         return self.latency_factor.get(f"{name}@{version}", self.latency_factor.get("*", 1.0))
 
-    def p95(self) -> Optional[float]:
+    def p95(self) -> float | None:
         if self.active is None:
             return None
         return round(BASE_LATENCY_MS.get(self.profile, 5.0) * self.factor(self.active["name"], self.active["version"]), 3)
@@ -111,7 +111,7 @@ class SimFleet:
         self.controller_keys = controller_keys
         self.telemetry_s = telemetry_s
         self.agents: dict[str, SimAgent] = {}
-        self.inbox: "queue.Queue[tuple[SimAgent, Message]]" = queue.Queue()
+        self.inbox: queue.Queue[tuple[SimAgent, Message]] = queue.Queue()
         self.stopping = threading.Event()
         self._fetchers: dict[str, ChunkFetcher] = {}
         self._ledgers: dict[str, Ledger] = {}
@@ -142,7 +142,7 @@ class SimFleet:
         assert agent.transport is not None
         agent.transport._client.loop_stop()  # no DISCONNECT: the socket stays half-open until keepalive
 
-    def stop(self, device_id: Optional[str] = None) -> None:
+    def stop(self, device_id: str | None = None) -> None:
         for agent in [self.agents.pop(device_id)] if device_id else list(self.agents.values()):
             self._fetchers[agent.device_id].cancel()
             if agent.transport is not None:
@@ -172,7 +172,7 @@ class SimFleet:
         self._publish(agent, "state", encode_json(state), retain=True)
         (agent.state_dir / "sim.json").write_text(json.dumps([agent.active, agent.previous]))
 
-    def _event(self, agent: SimAgent, deployment_id: str, state: str, status: str, detail: str, data: Optional[dict[str, Any]] = None) -> None:
+    def _event(self, agent: SimAgent, deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any] | None = None) -> None:
         event = DeviceEvent(agent.device_id, deployment_id, state, status, detail, time.time(), data or {})
         self._publish(agent, "events", event.to_payload())
 
@@ -263,7 +263,7 @@ class SimFleet:
             agent.deploying = None
             self._publish_state(agent)
 
-    def _shadow(self, agent: SimAgent, did: str, manifest: Manifest, wanted: float, data: dict[str, Any]) -> Optional[str]:
+    def _shadow(self, agent: SimAgent, did: str, manifest: Manifest, wanted: float, data: dict[str, Any]) -> str | None:
         """The simulated shadow run: reports the agreement the agent was given; too little refuses the cut-over."""
         agreement = agent.agreement.get(f"{manifest.name}@{manifest.version}", agent.agreement.get("*", 1.0))
         data["shadow"] = {"agreement": agreement, "samples": 16, "live": 0, "min_agreement": wanted, "first_difference": ""}
@@ -273,7 +273,7 @@ class SimFleet:
         return None
 
     @staticmethod
-    def _refusal(agent: SimAgent, manifest: Manifest, ledger: Ledger, allow_downgrade: bool) -> Optional[str]:
+    def _refusal(agent: SimAgent, manifest: Manifest, ledger: Ledger, allow_downgrade: bool) -> str | None:
         if not manifest.target.accepts(agent.profile):
             return f"package is for target {manifest.target.name!r}, this device is {agent.profile!r}"
         if manifest.version < ledger.version(manifest.name) and not allow_downgrade:

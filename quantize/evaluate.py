@@ -74,7 +74,7 @@ def measure(reference: Outputs, outputs: Outputs, labels: np.ndarray | None) -> 
         return Accuracy("box agreement", 100.0, _box_agreement(reference, outputs, *boxes), sqnr, cosine)
     if _is_classifier(reference[0][0]):
         agree = np.mean([np.argmax(r[0], -1).ravel().tolist() == np.argmax(o[0], -1).ravel().tolist()
-                         for r, o in zip(reference, outputs)])
+                         for r, o in zip(reference, outputs, strict=False)])
         return Accuracy("top-1 agreement", 100.0, round(100.0 * float(agree), 4), sqnr, cosine)
     return Accuracy("cosine similarity", 100.0, round(100.0 * cosine, 6), sqnr, cosine)
 
@@ -90,8 +90,8 @@ def _is_classifier(output: np.ndarray) -> bool:
 
 def _signal(reference: Outputs, outputs: Outputs) -> tuple[float, float]:
     cosines, signal, noise = [], 0.0, 0.0
-    for ref_list, got_list in zip(reference, outputs):
-        for ref, got in zip(ref_list, got_list):
+    for ref_list, got_list in zip(reference, outputs, strict=False):
+        for ref, got in zip(ref_list, got_list, strict=False):
             if not np.issubdtype(ref.dtype, np.floating):
                 continue
             r, g = ref.astype(np.float64).ravel(), got.astype(np.float64).ravel()
@@ -119,7 +119,7 @@ def _detector_outputs(first: list[np.ndarray]) -> tuple[int, int] | None:
 def _box_agreement(reference: Outputs, outputs: Outputs, s: int, b: int) -> float:
     """Share of the float model's confident detections the variant reproduces (IoU >= 0.5, same decision)."""
     hits, total = 0, 0
-    for ref, got in zip(reference, outputs):
+    for ref, got in zip(reference, outputs, strict=False):
         ref_conf, got_conf = _confidence(ref[s]), _confidence(got[s])
         chosen = np.flatnonzero(ref_conf > 0.5)
         if chosen.size == 0:

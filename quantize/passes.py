@@ -9,8 +9,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
-from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType
-from onnxruntime.quantization import quantize_dynamic, quantize_static
+from onnxruntime.quantization import (
+    CalibrationDataReader,
+    CalibrationMethod,
+    QuantFormat,
+    QuantType,
+    quantize_dynamic,
+    quantize_static,
+)
 from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16
 

@@ -36,7 +36,7 @@ class InputSpec:
         """True when `array` has this input's rank, fixed dims and dtype."""
         if array.dtype != self.dtype or array.ndim != len(self.shape):
             return False
-        return all(d is None or d == a for d, a in zip(self.shape, array.shape))
+        return all(d is None or d == a for d, a in zip(self.shape, array.shape, strict=False))
 
 
 def input_specs(model: onnx.ModelProto) -> list[InputSpec]:

@@ -18,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from benchdoc import replace_section  # noqa: E402
+
 from agent.backends import Candidate  # noqa: E402
 from agent.hardware import probe_hardware  # noqa: E402
 from agent.selection import select_backend  # noqa: E402
@@ -139,7 +141,7 @@ def bench_choice(work: Path, budget: float) -> tuple[list[dict[str, Any]], bool]
         for r in runners:
             r.activate()
             r.infer(golden)
-        again = dict(zip((f["backend"] for f in passing), sequential_medians(runners, golden, budget)))
+        again = dict(zip((f["backend"] for f in passing), sequential_medians(runners, golden, budget), strict=False))
         for r in runners:
             r.close()
         fastest = min(again.values())

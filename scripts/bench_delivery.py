@@ -25,8 +25,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import paho.mqtt.client as mqtt  # noqa: E402
+from benchdoc import machine, write_section  # noqa: E402
 from paho.mqtt.enums import CallbackAPIVersion  # noqa: E402
 
 from agent.deploy.download import Download  # noqa: E402
@@ -45,7 +47,6 @@ from agent.deploy.fetch import ChunkFetcher  # noqa: E402
 from agent.protocol import topics  # noqa: E402
 from agent.protocol.envelope import TrustedKeys  # noqa: E402
 from agent.transport import Message, MqttTransport  # noqa: E402
-from benchdoc import machine, write_section  # noqa: E402
 from edgectl.artifact_server import ArtifactServer, ServedArtifact  # noqa: E402
 from edgectl.direct_deploy import deploy_to_devices  # noqa: E402
 from edgectl.keys import Keyring  # noqa: E402
@@ -117,7 +118,7 @@ def wave(url: str, fleet: SimFleet, ring: Keyring, package: Package, work: Path,
     for agent in agents:
         assert agent.transport is not None and agent.transport.wait_connected(30), f"{agent.device_id} did not connect"
     time.sleep(1.0)  # let subscriptions settle so the desired state is not raced by SUBACK
-    inbox: "queue.Queue[Message]" = queue.Queue()
+    inbox: queue.Queue[Message] = queue.Queue()
     transport = MqttTransport(url, f"bench-wave-{prefix}", inbox=inbox)
     transport.connect()
     server = ArtifactServer(transport).start()  # production defaults
@@ -145,7 +146,7 @@ class BenchController:
     """The controller side of the throughput test: one MQTT connection and an ArtifactServer."""
 
     def __init__(self, url: str, package: Package) -> None:
-        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        self.inbox: queue.Queue[Message] = queue.Queue()
         self.transport = MqttTransport(url, f"bench-ctl-{uuid.uuid4().hex[:6]}", inbox=self.inbox)
         self.transport.connect()
         self.server = ArtifactServer(self.transport).start()  # production defaults
@@ -166,7 +167,7 @@ class BenchController:
 def agent_path_transfer(url: str, ctl: BenchController, package: Package, work: Path) -> tuple[float, float]:
     """(total, until first chunk) seconds for one device to fetch the payload with ChunkFetcher + Download."""
     device_id = f"tp-{uuid.uuid4().hex[:6]}"
-    inbox: "queue.Queue[Message]" = queue.Queue()
+    inbox: queue.Queue[Message] = queue.Queue()
     transport = MqttTransport(url, f"tp-{device_id}", inbox=inbox)
     transport.connect()
     fetcher = ChunkFetcher(transport, device_id, 1.0, 120.0)

@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchdoc import machine, write_section  # noqa: E402
 from bench_delivery import big_model  # noqa: E402
+from benchdoc import machine, write_section  # noqa: E402
+
 from edgectl.controller import SqliteStore  # noqa: E402
 from edgectl.keys import Keyring  # noqa: E402
 from edgectl.package import BuildOptions, build_package  # noqa: E402
@@ -122,7 +123,7 @@ def ingest(bench: Bench, agents: int, seconds: float) -> dict[str, Any]:
                 seen[row.id] = sent
                 lags.append(row.telemetry_ts - sent)
     wall = time.monotonic() - start
-    cpu = [sum(p.cpu_times()[:2]) - c for p, c in zip(watched, cpu0)]
+    cpu = [sum(p.cpu_times()[:2]) - c for p, c in zip(watched, cpu0, strict=False)]
     for proc in procs:
         proc.terminate()
         proc.wait(30)

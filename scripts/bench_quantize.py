@@ -8,7 +8,6 @@ Rerun: ./scripts/bench quantize
 
 from __future__ import annotations
 
-import json
 import resource
 import sys
 import tempfile
@@ -76,7 +75,7 @@ def digits_mlp() -> tuple[onnx.ModelProto, np.ndarray, np.ndarray, np.ndarray, n
     xtr, xte, ytr, yte = train_test_split(x, data.target, test_size=0.3, random_state=0, stratify=data.target)
     clf = MLPClassifier((128, 64), max_iter=400, random_state=0).fit(xtr, ytr)
     nodes, inits, h = [], [], "x"
-    for i, (w, b) in enumerate(zip(clf.coefs_, clf.intercepts_)):
+    for i, (w, b) in enumerate(zip(clf.coefs_, clf.intercepts_, strict=False)):
         inits += [numpy_helper.from_array(w.astype(np.float32), f"w{i}"), numpy_helper.from_array(b.astype(np.float32), f"b{i}")]
         nodes += [helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"], f"mm{i}"), helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], f"add{i}")]
         h = f"a{i}"
@@ -98,8 +97,8 @@ def _write(folder: Path, arrays: np.ndarray, labels: np.ndarray | None = None) -
 
 
 def _mnist_digits(work: Path) -> tuple[Path, Path, Path]:
-    from sklearn.datasets import load_digits
     from PIL import Image
+    from sklearn.datasets import load_digits
 
     data = load_digits()
     imgs = []
@@ -134,6 +133,7 @@ def _ultraface(work: Path) -> tuple[Path, Path, Path]:
 def quantize_one(model: str, calib: str | None, eval_dir: str | None, synthetic: int, measure: bool) -> dict:
     """Run the pipeline in this (fresh) process; report figures, wall time and peak RSS."""
     from rich.console import Console
+
     from quantize import QuantizeRequest, run_quantize
 
     start = time.perf_counter()
@@ -148,6 +148,7 @@ def quantize_one(model: str, calib: str | None, eval_dir: str | None, synthetic:
 def calibration_peak(model: str, samples: int) -> float:
     """Peak RSS (MB) of a process that only calibrates and quantizes (int8, no eval, no latency)."""
     from rich.console import Console
+
     from quantize import Mode, QuantizeRequest, run_quantize
 
     run_quantize(QuantizeRequest(model=Path(model), target="jetson-orin", output=Path("/dev/null"), mode=Mode.INT8,
@@ -155,7 +156,7 @@ def calibration_peak(model: str, samples: int) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _in_child(fn, *args):  # noqa: ANN001, ANN202
+def _in_child(fn, *args):
     with ProcessPoolExecutor(1, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
         return pool.submit(fn, *args).result()
 
@@ -172,7 +173,7 @@ def main() -> int:
         rng = np.random.default_rng(0)
         mn_calib = _write(work / "mn_calib", rng.random((32, 3, 160, 160), dtype=np.float32) * 2 - 1)
         mn_eval = _write(work / "mn_eval", rng.random((16, 3, 160, 160), dtype=np.float32) * 2 - 1)
-        mlp, xtr, xte, ytr, yte = digits_mlp()
+        mlp, xtr, xte, _ytr, yte = digits_mlp()
         onnx.save(mlp, work / "digits_mlp.onnx")
         cases = [("mobilenetv2-160 (generated)", str(mnv2), str(mn_calib), str(mn_eval)),
                  ("digits MLP (trained here)", str(work / "digits_mlp.onnx"), str(_write(work / "d_calib", xtr[:300])),

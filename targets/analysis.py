@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import onnx
 
@@ -106,7 +106,7 @@ def prepare_model(model: onnx.ModelProto) -> onnx.ModelProto:
         return prepared  # analysis still works; shape-dependent rules then see dynamic shapes
 
 
-def _constant_value(node: onnx.NodeProto) -> Optional[onnx.TensorProto]:
+def _constant_value(node: onnx.NodeProto) -> onnx.TensorProto | None:
     return next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
 
 
@@ -114,8 +114,8 @@ def analyse(
     model: onnx.ModelProto,
     profile: TargetProfile,
     *,
-    min_partition_nodes: Optional[int] = None,
-    max_partitions: Optional[int] = None,
+    min_partition_nodes: int | None = None,
+    max_partitions: int | None = None,
 ) -> Analysis:
     """Analyse ``model`` for ``profile``; limits default to the profile's partition policy."""
     model = prepare_model(model)

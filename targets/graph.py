@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Sequence
 
 import onnx
 

@@ -8,9 +8,10 @@ the built-in ``configs/targets``, ``~/.config/edgectl/targets``, then each direc
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import yaml
 
@@ -42,9 +43,9 @@ class OpSupport:
     """Where an execution provider's operator support is decided."""
 
     source: str
-    table: Optional[str] = None  # table file name (next to the profile) for source "table"
-    table_version: Optional[str] = None  # version key inside the table
-    device: Optional[str] = None  # OpenVINO device for source "openvino"
+    table: str | None = None  # table file name (next to the profile) for source "table"
+    table_version: str | None = None  # version key inside the table
+    device: str | None = None  # OpenVINO device for source "openvino"
     excluded_ops: tuple[str, ...] = ()  # "domain:Op" the EP never takes (ORT's own exclusions)
     excluded_domains: tuple[str, ...] = ()
     require_static_inputs: bool = False
@@ -190,7 +191,7 @@ def load_profile_file(path: Path) -> TargetProfile:
     return profile
 
 
-def _provider(r: "_Reader") -> ExecutionProvider:
+def _provider(r: _Reader) -> ExecutionProvider:
     support = r.child("op_support")
     source = support.choice("source", OP_SUPPORT_SOURCES)
     op_support = OpSupport(
@@ -213,7 +214,7 @@ def _provider(r: "_Reader") -> ExecutionProvider:
     )
 
 
-def _precision(r: "_Reader") -> PrecisionPolicy:
+def _precision(r: _Reader) -> PrecisionPolicy:
     return PrecisionPolicy(
         format=r.choice("format", PRECISION_FORMATS),
         activations=r.string("activations"),
@@ -222,7 +223,7 @@ def _precision(r: "_Reader") -> PrecisionPolicy:
     )
 
 
-def _shape(r: "_Reader") -> ShapePolicy:
+def _shape(r: _Reader) -> ShapePolicy:
     defaults: dict[str, tuple[int, ...]] = {}
     raw = r.data.get("default_static_shapes") or {}
     if not isinstance(raw, dict):
@@ -263,7 +264,7 @@ class _Reader:
             raise self.error(key, f"{value!r} is not one of {', '.join(allowed)}")
         return value
 
-    def boolean(self, key: str, default: Optional[bool] = None) -> bool:
+    def boolean(self, key: str, default: bool | None = None) -> bool:
         value = self.data.get(key, default) if default is not None else self._get(key)
         if not isinstance(value, bool):
             raise self.error(key, f"must be true or false, got {value!r}")
@@ -281,10 +282,10 @@ class _Reader:
             raise self.error(key, "must be a list of strings")
         return value
 
-    def child(self, key: str) -> "_Reader":
+    def child(self, key: str) -> _Reader:
         return _Reader(self.path, self._get(key), f"{self.prefix}{key}.")
 
-    def items(self, key: str) -> list["_Reader"]:
+    def items(self, key: str) -> list[_Reader]:
         value = self._get(key)
         if not isinstance(value, list) or not value:
             raise self.error(key, "must be a non-empty list")

@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import onnx
 import yaml
@@ -27,7 +27,7 @@ from targets.profile import ExecutionProvider, TargetProfile
 
 __all__ = ["Support", "decide_support"]
 
-Reasons = list[Optional[str]]
+Reasons = list[str | None]
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Support:
 
     provider: str
     source: str
-    reasons: tuple[Optional[str], ...]
+    reasons: tuple[str | None, ...]
 
 
 def decide_support(model: onnx.ModelProto, ep: ExecutionProvider, profile: TargetProfile) -> Support:
@@ -65,7 +65,7 @@ def _apply_generic_rules(model: onnx.ModelProto, ep: ExecutionProvider, reasons:
     spec = ep.op_support
     shapes = _value_shapes(model) if spec.require_static_inputs else {}
     out: Reasons = []
-    for node, reason in zip(model.graph.node, reasons):
+    for node, reason in zip(model.graph.node, reasons, strict=False):
         if reason is None and (node.domain or "ai.onnx") in spec.excluded_domains:
             reason = f"domain {node.domain} has no {ep.name} kernels"
         elif reason is None and _op_key(node) in spec.excluded_ops:
@@ -228,8 +228,8 @@ def _table_reason(
     constants: set[str],
     opset: int,
     max_opset: int,
-    version: Optional[str],
-) -> Optional[str]:
+    version: str | None,
+) -> str | None:
     if node.domain not in ("", "ai.onnx"):
         return f"{_op_key(node)}: domain not supported by the {version} table"
     if node.op_type not in supported:

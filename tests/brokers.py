@@ -9,7 +9,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 __all__ = ["BrokerProcess", "free_port", "start_embedded", "start_mosquitto", "wait_port"]
 
@@ -40,13 +39,13 @@ class BrokerProcess:
     argv: list[str]
     port: int
     log: Path
-    process: Optional[subprocess.Popen[bytes]] = field(default=None)
+    process: subprocess.Popen[bytes] | None = field(default=None)
 
     @property
     def url(self) -> str:
         return f"mqtt://127.0.0.1:{self.port}"
 
-    def start(self) -> "BrokerProcess":
+    def start(self) -> BrokerProcess:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
         wait_port(self.port)
@@ -68,13 +67,13 @@ class BrokerProcess:
         self.start()
 
 
-def mosquitto_binary() -> Optional[str]:
+def mosquitto_binary() -> str | None:
     return shutil.which("mosquitto") or next(
         (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if Path(p).exists()), None
     )
 
 
-def start_mosquitto(workdir: Path, extra_config: str = "", port: Optional[int] = None) -> BrokerProcess:
+def start_mosquitto(workdir: Path, extra_config: str = "", port: int | None = None) -> BrokerProcess:
     """Start Mosquitto with a config written for this test; ``extra_config`` is appended.
 
     Without ``extra_config`` the broker has one plaintext listener on 127.0.0.1 that allows
@@ -91,7 +90,7 @@ def start_mosquitto(workdir: Path, extra_config: str = "", port: Optional[int] =
     return BrokerProcess([binary, "-c", str(conf)], port, workdir / "mosquitto.log").start()
 
 
-def start_embedded(workdir: Path, port: Optional[int] = None) -> BrokerProcess:
+def start_embedded(workdir: Path, port: int | None = None) -> BrokerProcess:
     """Start the embedded amqtt broker (`edgectl broker`) in its own process."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()

@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import yaml
 
@@ -66,10 +67,10 @@ class AgentProcess:
     broker_url: str
     package_keys: list[Path]
     controller_keys: list[Path]
-    target: Optional[str] = None
+    target: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     env_extra: dict[str, str] = field(default_factory=dict)
-    process: Optional[subprocess.Popen[bytes]] = None
+    process: subprocess.Popen[bytes] | None = None
     http_port: int = 0
 
     @property
@@ -94,7 +95,7 @@ class AgentProcess:
         path.write_text(yaml.safe_dump(config))
         return path
 
-    def start(self) -> "AgentProcess":
+    def start(self) -> AgentProcess:
         config = self.write_config()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env_extra}
         with self.log.open("ab") as out:
@@ -128,7 +129,7 @@ class AgentProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self, sig: int = signal.SIGTERM) -> Optional[int]:
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
         if self.process is None:
             return None
         if self.process.poll() is None:
@@ -148,14 +149,14 @@ class AgentProcess:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def active(self) -> Optional[dict[str, Any]]:
+    def active(self) -> dict[str, Any] | None:
         try:
             data = json.loads((self.state_dir / "active.json").read_text())
         except (OSError, ValueError):
             return None
         return data.get("active")
 
-    def http(self, path: str, body: Optional[bytes] = None) -> Any:
+    def http(self, path: str, body: bytes | None = None) -> Any:
         request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}", data=body,
                                          headers={"Content-Type": "application/json"} if body else {})
         with urllib.request.urlopen(request, timeout=30) as r:

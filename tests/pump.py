@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from agent.transport import Message
 
@@ -14,7 +14,7 @@ __all__ = ["InboxPump"]
 class InboxPump:
     """Calls ``handle`` with each message ``inbox`` receives, on its own thread, until ``close``."""
 
-    def __init__(self, inbox: "queue.Queue[Message]", handle: Callable[[Message], None], name: str = "inbox-pump") -> None:
+    def __init__(self, inbox: queue.Queue[Message], handle: Callable[[Message], None], name: str = "inbox-pump") -> None:
         self.inbox = inbox
         self.handle = handle
         self._stop = threading.Event()

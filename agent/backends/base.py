@@ -11,9 +11,10 @@ from __future__ import annotations
 import abc
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ class TensorSpec:
         """Whether a concrete shape fits this spec (same rank, fixed dims equal)."""
         if len(shape) != len(self.shape):
             return False
-        return all(not isinstance(want, int) or want == got for want, got in zip(self.shape, shape))
+        return all(not isinstance(want, int) or want == got for want, got in zip(self.shape, shape, strict=False))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""

@@ -7,9 +7,10 @@ imported lazily: an idle agent with no model does not pay for them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from agent.backends.base import Runner
 from agent.errors import ConfigError

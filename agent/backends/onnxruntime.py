@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -129,7 +130,7 @@ class OrtRunner(Runner):
         assert self._session is not None  # activate() ran: _require_active checked it
         names = [spec.name for spec in self._outputs]
         values = self._session.run(names, dict(feeds))
-        return dict(zip(names, values))
+        return dict(zip(names, values, strict=False))
 
 
 def _spec(arg: Any) -> TensorSpec:

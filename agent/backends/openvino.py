@@ -7,8 +7,9 @@ small pool of requests: concurrent ``infer`` calls each borrow one.
 from __future__ import annotations
 
 import queue
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import openvino as ov

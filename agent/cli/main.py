@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import typer
 
+# Command modules register themselves on `app` when imported.
+from agent.cli import (
+    probe,  # noqa: F401  (edge-agent probe)
+    run,  # noqa: F401  (edge-agent run)
+)
 from agent.cli.app import app
 from agent.errors import EdgeError
-
-# Command modules register themselves on `app` when imported.
-from agent.cli import run  # noqa: F401  (edge-agent run)
-from agent.cli import probe  # noqa: F401  (edge-agent probe)
 
 __all__ = ["main"]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """Run edge-agent; exit with the documented code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -22,9 +22,9 @@ from agent.selection import select_backend
 def probe(
     root: Path = typer.Option(Path("/"), "--root", help="Root directory to read the hardware from (a device image or test tree)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
-    model: Optional[Path] = typer.Option(None, "--model", exists=True, dir_okay=False, help="Also benchmark every candidate backend on this ONNX model."),
+    model: Path | None = typer.Option(None, "--model", exists=True, dir_okay=False, help="Also benchmark every candidate backend on this ONNX model."),
     budget: float = typer.Option(5.0, "--budget", min=0.1, help="Seconds to spend timing the candidates of --model."),
-    allow: Optional[list[str]] = typer.Option(None, "--allow", help="Allowed execution provider or backend (repeat); default: all."),
+    allow: list[str] | None = typer.Option(None, "--allow", help="Allowed execution provider or backend (repeat); default: all."),
 ) -> None:
     """Print the detected hardware, the available backends and, with --model, a benchmark table."""
     hardware = probe_hardware(root)

@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -35,7 +35,7 @@ def _setup_logging(level: str, as_json: bool) -> None:
     logging.getLogger("paho").setLevel(logging.WARNING)
 
 
-def _pause_hook(state_name: Optional[str], state_dir: Path) -> Any:
+def _pause_hook(state_name: str | None, state_dir: Path) -> Any:
     """Test seam: stop in a state (after it is saved) so a test can kill the agent there."""
     if not state_name:
         return None
@@ -51,15 +51,15 @@ def _pause_hook(state_name: Optional[str], state_dir: Path) -> Any:
 
 @app.command()
 def run(
-    config: Optional[Path] = typer.Option(
+    config: Path | None = typer.Option(
         None, "--config", "-c", envvar="EDGE_AGENT_CONFIG", help="Agent YAML config (see configs/agent.yaml)."
     ),
-    device_id: Optional[str] = typer.Option(None, "--device-id", help="Overrides device_id."),
-    broker: Optional[str] = typer.Option(None, "--broker", help="Overrides broker, e.g. mqtts://broker:8883."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Overrides state_dir."),
-    http_port: Optional[int] = typer.Option(None, "--http-port", help="Overrides inference.port (0: any free port)."),
+    device_id: str | None = typer.Option(None, "--device-id", help="Overrides device_id."),
+    broker: str | None = typer.Option(None, "--broker", help="Overrides broker, e.g. mqtts://broker:8883."),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="Overrides state_dir."),
+    http_port: int | None = typer.Option(None, "--http-port", help="Overrides inference.port (0: any free port)."),
     set_: list[str] = typer.Option([], "--set", help="Override any key: --set deploy.health_runs=50 (repeatable)."),
-    pause_in_state: Optional[str] = typer.Option(
+    pause_in_state: str | None = typer.Option(
         None, "--pause-in-state", hidden=True,
         help="Test hook: stop in this update state after saving it.",
     ),

@@ -13,8 +13,9 @@ import errno
 import hashlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional
+from typing import BinaryIO
 
 from agent.errors import OperationFailed
 from agent.protocol.chunks import to_ranges
@@ -34,7 +35,7 @@ class Download:
     """The chunks of one payload landing in ``<dir>/<sha256>.part``."""
 
     def __init__(self, directory: Path, payload: PayloadInfo, free_bytes: Callable[[Path], int] = disk_free,
-                 quota_bytes: Optional[int] = None) -> None:
+                 quota_bytes: int | None = None) -> None:
         self.payload = payload
         # Bytes this download may write, like a filesystem that small (tests use it as a disk-full seam).
         self.quota_bytes = quota_bytes
@@ -44,7 +45,7 @@ class Download:
         self.have: set[int] = set()
         self.have_bytes = 0  # sum of the lengths of the chunks in ``have``, for the quota
         self.rejected = 0
-        self._file: Optional[BinaryIO] = None
+        self._file: BinaryIO | None = None
         self._finished = False
         if self.done_path.exists():
             self.have = set(range(len(payload.chunks)))

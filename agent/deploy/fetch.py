@@ -13,7 +13,6 @@ import logging
 import random
 import threading
 import time
-from typing import Optional
 
 from agent.deploy.download import Download
 from agent.errors import EdgeError, OperationFailed
@@ -37,8 +36,8 @@ class ChunkFetcher:
         self.request_interval_s = request_interval_s
         self.deadline_s = deadline_s
         self._cond = threading.Condition()
-        self._download: Optional[Download] = None
-        self._error: Optional[EdgeError] = None
+        self._download: Download | None = None
+        self._error: EdgeError | None = None
         self._cancelled = False
         self._progress_at = 0.0  # time.monotonic() of the latest request, or of a chunk the download lacked
         self.late_chunks = 0

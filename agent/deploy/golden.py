@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +25,7 @@ def tolerance_for(dtype: Any) -> tuple[float, float]:
     return 1e-3, 1e-4
 
 
-def compare_outputs(got: dict[str, Any], expected: dict[str, np.ndarray], np_mod: Any = np) -> Optional[str]:
+def compare_outputs(got: dict[str, Any], expected: dict[str, np.ndarray], np_mod: Any = np) -> str | None:
     """None when every expected output matches; else a one-line description of the first mismatch."""
     for name, want in expected.items():
         if name not in got:

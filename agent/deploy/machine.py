@@ -12,14 +12,15 @@ import base64
 import enum
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from agent.durable import atomic_write_json, read_json
 from agent.protocol.manifest import Manifest
 
-__all__ = ["Deployment", "Event", "Machine", "RECOVERY", "State", "TRANSITIONS"]
+__all__ = ["RECOVERY", "TRANSITIONS", "Deployment", "Event", "Machine", "State"]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class Deployment:
         }
 
     @classmethod
-    def load(cls, path: Path) -> Optional["Deployment"]:
+    def load(cls, path: Path) -> Deployment | None:
         """Read a saved record; an unknown state resumes as ROLLBACK, an unreadable record as None."""
         raw = read_json(path)
         if not isinstance(raw, dict) or raw.get("schema") != RECORD_SCHEMA:
@@ -137,7 +138,7 @@ class Machine:
         handlers: Mapping[State, Handler],
         report: Callable[[Deployment], None],
         max_entries: int = 3,
-        pause_in: Optional[Callable[[State], None]] = None,
+        pause_in: Callable[[State], None] | None = None,
     ) -> None:
         self.record_path = record_path
         self.handlers = handlers

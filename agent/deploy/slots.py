@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from agent.durable import atomic_write_json, read_json
 
@@ -24,7 +24,7 @@ class ActiveModel:
     manifest_sha256: str
 
     @classmethod
-    def from_json(cls, data: Any) -> Optional["ActiveModel"]:
+    def from_json(cls, data: Any) -> ActiveModel | None:
         try:
             return cls(str(data["slot"]), str(data["name"]), int(data["version"]), str(data["manifest_sha256"]))
         except (KeyError, TypeError, ValueError):
@@ -42,14 +42,14 @@ class Slots:
     def dir(self, slot: str) -> Path:
         return self.root / slot
 
-    def _read(self) -> tuple[Optional[ActiveModel], Optional[ActiveModel]]:
+    def _read(self) -> tuple[ActiveModel | None, ActiveModel | None]:
         data = read_json(self.pointer) or {}
         return ActiveModel.from_json(data.get("active")), ActiveModel.from_json(data.get("previous"))
 
-    def active(self) -> Optional[ActiveModel]:
+    def active(self) -> ActiveModel | None:
         return self._read()[0]
 
-    def previous(self) -> Optional[ActiveModel]:
+    def previous(self) -> ActiveModel | None:
         return self._read()[1]
 
     def spare(self) -> str:
@@ -71,13 +71,13 @@ class Slots:
             return
         self._write(model, current)
 
-    def roll_back(self) -> Optional[ActiveModel]:
+    def roll_back(self) -> ActiveModel | None:
         """Point back at the previous model (or at nothing); return what is active afterwards."""
         previous = self.previous()
         self._write(previous, None)
         return previous
 
-    def _write(self, active: Optional[ActiveModel], previous: Optional[ActiveModel]) -> None:
+    def _write(self, active: ActiveModel | None, previous: ActiveModel | None) -> None:
         atomic_write_json(self.pointer, {
             "active": asdict(active) if active else None,
             "previous": asdict(previous) if previous else None,

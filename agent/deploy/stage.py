@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 __all__ = ["StageResult", "stage_in_child"]
 
 
@@ -73,7 +72,7 @@ def _check(slot_dir: Path) -> tuple[bool, str]:
     if manifest.golden is None:
         return True, "loaded; I/O signature matches (no golden data in package)"
     inputs, expected = load_golden(slot_dir / manifest.golden)
-    outputs = dict(zip(got_out, session.run(None, inputs)))
+    outputs = dict(zip(got_out, session.run(None, inputs), strict=False))
     problem = compare_outputs(outputs, expected, np)
     if problem:
         return False, f"golden outputs differ: {problem}"

@@ -39,7 +39,7 @@ class KeyRotation:
                             "issued_at": self.issued_at, "new_keys": list(self.new_keys), "retire": list(self.retire)})
 
     @classmethod
-    def from_payload(cls, raw: bytes) -> "KeyRotation":
+    def from_payload(cls, raw: bytes) -> KeyRotation:
         f = decode_json(raw, "key-rotation")
         if f.str("type", 32) != "key-rotation":
             raise ProtocolError("key-rotation: type must be 'key-rotation'")
@@ -51,7 +51,7 @@ class KeyRotation:
             load_public_key(pem)
         return cls(role, f.int("version", 1), f.float("issued_at"), new_keys, tuple(str(k) for k in f.list("retire", 16)))
 
-    def sign(self, old_key: "object") -> Envelope:
+    def sign(self, old_key: object) -> Envelope:
         return sign(KEY_ROTATION_TYPE, self.to_payload(), old_key)  # type: ignore[arg-type]
 
 

@@ -67,7 +67,7 @@ def _cpuinfo_blocks(text: str) -> list[dict[str, str]]:
     """cpuinfo as one dict per blank-line separated block (one per core, plus a trailer on ARM)."""
     blocks: list[dict[str, str]] = []
     current: dict[str, str] = {}
-    for line in text.splitlines() + [""]:
+    for line in [*text.splitlines(), ""]:
         if not line.strip():
             if current:
                 blocks.append(current)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -12,9 +12,9 @@ __all__ = [
     "MIN_CHUNK_SIZE",
     "chunk_digests",
     "chunk_size_for_broker",
+    "from_ranges",
     "read_chunk",
     "to_ranges",
-    "from_ranges",
 ]
 
 # 64 KiB works on brokers with a 128 KB maximum packet size (the chunk plus topic and header).

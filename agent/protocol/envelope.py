@@ -11,8 +11,9 @@ import base64
 import binascii
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -92,7 +93,7 @@ class Envelope:
         return json.dumps(self.to_json(), separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, data: Any) -> "Envelope":
+    def from_json(cls, data: Any) -> Envelope:
         """Read the envelope structure only; the payload stays opaque bytes."""
         if not isinstance(data, Mapping):
             raise ProtocolError("envelope: expected a JSON object")
@@ -114,7 +115,7 @@ class Envelope:
         return cls(payload_type, payload, tuple(parsed))
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> "Envelope":
+    def from_bytes(cls, raw: bytes) -> Envelope:
         if len(raw) > MAX_ENVELOPE_BYTES:
             raise ProtocolError(f"envelope: {len(raw)} bytes exceeds the {MAX_ENVELOPE_BYTES} byte limit")
         try:
@@ -148,7 +149,7 @@ class TrustedKeys:
         self._keys = {key_id(k): k for k in keys}
 
     @classmethod
-    def from_pems(cls, pems: list[str]) -> "TrustedKeys":
+    def from_pems(cls, pems: list[str]) -> TrustedKeys:
         return cls([load_public_key(p) for p in pems])
 
     def ids(self) -> list[str]:

@@ -6,10 +6,10 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from agent.errors import ProtocolError, VerificationError
-from agent.protocol.schema import Fields, SCHEMA_VERSION
+from agent.protocol.schema import SCHEMA_VERSION, Fields
 
 __all__ = ["FileEntry", "Manifest", "PayloadInfo", "TargetInfo", "TensorSignature"]
 
@@ -64,7 +64,7 @@ class TargetInfo:
     execution_providers: tuple[str, ...] = ()
     device_classes: tuple[str, ...] = ()
 
-    def accepts(self, device_target: Optional[str]) -> bool:
+    def accepts(self, device_target: str | None) -> bool:
         """A package for target 'any' runs anywhere; otherwise the device's target must be listed."""
         if self.name == "any":
             return True
@@ -84,7 +84,7 @@ class Manifest:
     model: str
     inputs: tuple[TensorSignature, ...]
     outputs: tuple[TensorSignature, ...]
-    golden: Optional[str] = None
+    golden: str | None = None
     health: dict[str, Any] = field(default_factory=dict)
     reports: dict[str, Any] = field(default_factory=dict)
 
@@ -99,7 +99,7 @@ class Manifest:
                 return entry
         raise ProtocolError(f"manifest: no file {path!r}")
 
-    def check_fresh(self, now: Optional[float] = None) -> None:
+    def check_fresh(self, now: float | None = None) -> None:
         if (now or time.time()) > self.expires_at:
             raise VerificationError(f"manifest of {self.name} v{self.version} expired at {time.ctime(self.expires_at)}")
 
@@ -113,7 +113,7 @@ class Manifest:
         return json.dumps({"schema": SCHEMA_VERSION, **data}, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> "Manifest":
+    def from_bytes(cls, raw: bytes) -> Manifest:
         from agent.protocol.schema import decode_json
 
         f = decode_json(raw, "manifest", max_bytes=4 * 1024 * 1024)

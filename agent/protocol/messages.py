@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from agent.errors import ProtocolError, VerificationError
 from agent.protocol.envelope import Envelope, TrustedKeys
@@ -50,7 +50,7 @@ class DesiredState:
     issued_at: float
     expires_at: float
     deployment_id: str
-    model: Optional[DesiredModel]
+    model: DesiredModel | None
     options: dict[str, Any] = field(default_factory=dict)
 
     def to_payload(self) -> bytes:
@@ -64,7 +64,7 @@ class DesiredState:
         })
 
     @classmethod
-    def from_payload(cls, raw: bytes) -> "DesiredState":
+    def from_payload(cls, raw: bytes) -> DesiredState:
         f = decode_json(raw, "desired", max_bytes=8 * 1024 * 1024)
         _expect_type(f, "desired")
         model_f = f.opt_obj("model")
@@ -86,7 +86,7 @@ class DesiredState:
         )
 
     @property
-    def shadow_min(self) -> Optional[float]:
+    def shadow_min(self) -> float | None:
         """The agreement a shadow run must reach before cut-over, or None: no shadow run asked."""
         shadow = self.options.get("shadow")
         return None if shadow is None else float(shadow["min_agreement"])
@@ -120,7 +120,7 @@ class Command:
         })
 
     @classmethod
-    def from_payload(cls, raw: bytes) -> "Command":
+    def from_payload(cls, raw: bytes) -> Command:
         f = decode_json(raw, "command")
         _expect_type(f, "command")
         command = f.str("command", 32)
@@ -144,7 +144,7 @@ def verify_signed(raw: bytes, trusted: TrustedKeys, payload_type: str) -> bytes:
     return trusted.verify(Envelope.from_bytes(raw), payload_type)
 
 
-def check_addressed(message: DesiredState | Command, device_id: str, last_seq: int, now: Optional[float] = None) -> None:
+def check_addressed(message: DesiredState | Command, device_id: str, last_seq: int, now: float | None = None) -> None:
     """Refuse a controller message meant for another device, replayed, reordered or expired."""
     if message.device_id != device_id:
         raise VerificationError(f"message addressed to {message.device_id}, not {device_id}")
@@ -172,7 +172,7 @@ class ChunkRequest:
                             "repeat": self.repeat})
 
     @classmethod
-    def from_payload(cls, raw: bytes) -> "ChunkRequest":
+    def from_payload(cls, raw: bytes) -> ChunkRequest:
         f = decode_json(raw, "chunk-request")
         ranges = f.list("ranges", 10_000)
         for r in ranges:
@@ -194,7 +194,7 @@ class Presence:
         return encode_json({"device_id": self.device_id, "online": self.online, "ts": self.ts})
 
     @classmethod
-    def from_payload(cls, raw: bytes) -> "Presence":
+    def from_payload(cls, raw: bytes) -> Presence:
         f = decode_json(raw, "presence")
         return cls(validate_id(f.str("device_id", 64)), f.bool("online"), f.float("ts"))
 
@@ -218,7 +218,7 @@ class DeviceEvent:
         })
 
     @classmethod
-    def from_payload(cls, raw: bytes) -> "DeviceEvent":
+    def from_payload(cls, raw: bytes) -> DeviceEvent:
         f = decode_json(raw, "event")
         return cls(
             validate_id(f.str("device_id", 64)), f.str("deployment_id", 64), f.str("state", 32),

@@ -103,8 +103,8 @@ def _check_member(member: tarfile.TarInfo, expected: dict[str, object], seen: se
         raise PackageError(f"payload member {name!r} is not listed in the manifest")
     if name in seen:
         raise PackageError(f"payload member {name!r} appears twice")
-    if member.size != getattr(entry, "size"):
-        raise PackageError(f"payload member {name!r}: {member.size} bytes, manifest says {getattr(entry, 'size')}")
+    if member.size != entry.size:
+        raise PackageError(f"payload member {name!r}: {member.size} bytes, manifest says {entry.size}")
 
 
 def _write_checked(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, sha256: str) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping, Optional, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from agent.errors import ProtocolError
 
-__all__ = ["SCHEMA_VERSION", "MAX_JSON_BYTES", "Fields", "decode_json", "encode_json"]
+__all__ = ["MAX_JSON_BYTES", "SCHEMA_VERSION", "Fields", "decode_json", "encode_json"]
 
 SCHEMA_VERSION = 1
 MAX_JSON_BYTES = 1024 * 1024
@@ -16,7 +17,7 @@ MAX_JSON_BYTES = 1024 * 1024
 T = TypeVar("T")
 
 
-def decode_json(raw: bytes, what: str, max_bytes: int = MAX_JSON_BYTES) -> "Fields":
+def decode_json(raw: bytes, what: str, max_bytes: int = MAX_JSON_BYTES) -> Fields:
     """Parse a JSON object payload that carries ``"schema": 1``."""
     if len(raw) > max_bytes:
         raise ProtocolError(f"{what}: payload of {len(raw)} bytes exceeds the {max_bytes} byte limit")
@@ -65,7 +66,7 @@ class Fields:
             raise ProtocolError(f"{self.what}.{key}: longer than {max_len} characters")
         return value
 
-    def opt_str(self, key: str, max_len: int = 1024) -> Optional[str]:
+    def opt_str(self, key: str, max_len: int = 1024) -> str | None:
         return None if self.data.get(key) is None else self.str(key, max_len)
 
     def int(self, key: str, minimum: int = 0, maximum: int = 2**63 - 1) -> int:
@@ -74,17 +75,17 @@ class Fields:
             raise ProtocolError(f"{self.what}.{key}: {value} is outside [{minimum}, {maximum}]")
         return value
 
-    def opt_int(self, key: str, minimum: int = 0, maximum: int = 2**63 - 1) -> Optional[int]:
+    def opt_int(self, key: str, minimum: int = 0, maximum: int = 2**63 - 1) -> int | None:
         return None if self.data.get(key) is None else self.int(key, minimum, maximum)
 
     def float(self, key: str) -> float:
         value = self._get(key, (int, float), False)
         # An int too large for a float (10**400) would raise OverflowError in isfinite.
-        if isinstance(value, int) and abs(value) > 2**1023 or not math.isfinite(value):
+        if (isinstance(value, int) and abs(value) > 2**1023) or not math.isfinite(value):
             raise ProtocolError(f"{self.what}.{key}: not a finite number")
         return float(value)
 
-    def opt_float(self, key: str) -> Optional[float]:
+    def opt_float(self, key: str) -> float | None:
         return None if self.data.get(key) is None else self.float(key)
 
     def bool(self, key: str) -> bool:
@@ -97,10 +98,10 @@ class Fields:
             raise ProtocolError(f"{self.what}.{key}: more than {max_len} entries")
         return value
 
-    def obj(self, key: str) -> "Fields":
+    def obj(self, key: str) -> Fields:
         return Fields(self._get(key, dict, False), f"{self.what}.{key}")
 
-    def opt_obj(self, key: str) -> Optional["Fields"]:
+    def opt_obj(self, key: str) -> Fields | None:
         return None if self.data.get(key) is None else self.obj(key)
 
     def raw_obj(self, key: str) -> dict[str, Any]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class PublishedModel:
     placement: dict[str, Any]
     stats: ModelStats = field(default_factory=ModelStats)
     # The latest requests' inputs, in memory only: a shadow run replays them on a candidate model.
-    recent: "deque[dict[str, np.ndarray]]" = field(default_factory=lambda: deque(maxlen=RECENT_INPUTS))
+    recent: deque[dict[str, np.ndarray]] = field(default_factory=lambda: deque(maxlen=RECENT_INPUTS))
     inflight: int = 0
     retired: bool = False
     closed: bool = False
@@ -165,5 +166,5 @@ def _close(entry: PublishedModel) -> None:
     try:
         entry.runner.close()
         log.info("closed %s version %s (%s)", entry.name, entry.version, entry.runner.name)
-    except Exception:  # noqa: BLE001  (any backend error while freeing is only logged)
+    except Exception:
         log.exception("closing %s version %s failed", entry.name, entry.version)

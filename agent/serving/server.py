@@ -13,9 +13,10 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import unquote
 
 from agent import __version__
@@ -87,13 +88,13 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # header and body go out as two writes: no 40 ms Nagle stall
     server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
+    def do_GET(self) -> None:
         self._dispatch("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._dispatch("POST")
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
 
     def _dispatch(self, method: str) -> None:
@@ -105,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
         except EdgeError as exc:
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
-        except Exception as exc:  # noqa: BLE001  (a backend bug must not take the server down)
+        except Exception as exc:
             log.exception("request %s %s failed", method, self.path)
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {exc}"})
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import onnx
 import typer
@@ -63,7 +62,7 @@ def show_target(
         console.print(f"note: {note}")
 
 
-def _load(model_path: Path, static_shape: List[str], profile: Optional[targets.TargetProfile]) -> onnx.ModelProto:
+def _load(model_path: Path, static_shape: list[str], profile: targets.TargetProfile | None) -> onnx.ModelProto:
     model = load_model_checked(model_path)
     check_model(model)
     shapes = dict(profile.shape.default_static_shapes) if profile else {}
@@ -77,8 +76,8 @@ def inspect(
     model_path: Path = typer.Argument(..., metavar="MODEL", help="ONNX model to analyse."),
     target: str = typer.Option(..., "--target", "-t", help="Profile name, or 'all' for a summary of every target."),
     json_out: bool = typer.Option(False, "--json", help="Print the analysis as JSON."),
-    html_path: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
-    static_shape: List[str] = typer.Option([], "--static-shape", help=STATIC_SHAPE_HELP),
+    html_path: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML report here."),
+    static_shape: list[str] = typer.Option([], "--static-shape", help=STATIC_SHAPE_HELP),
 ) -> None:
     """Show what will run where on a target: per node, partitions, verdict and advice."""
     if html_path is not None and target == "all":
@@ -114,7 +113,7 @@ def _print_analysis(a: targets.Analysis) -> None:
         for p in a.partitions
     ])
     for source in a.sources.items():
-        console.print("op support: %s from %s" % source, markup=False)
+        console.print("op support: {} from {}".format(*source), markup=False)
     for merge in a.merges:
         console.print(f"merged: {merge}", markup=False)
     console.print(f"{a.target}: {a.verdict} - {a.reason}", markup=False, style="bold")
@@ -127,10 +126,10 @@ def partition(
     model_path: Path = typer.Argument(..., metavar="MODEL", help="ONNX model to split."),
     target: str = typer.Option(..., "--target", "-t", help="Profile name, e.g. nnapi."),
     out_dir: Path = typer.Option(..., "--output", "-o", help="Directory for the pieces and partitions.json."),
-    min_partition_nodes: Optional[int] = typer.Option(
+    min_partition_nodes: int | None = typer.Option(
         None, "--min-partition-nodes", min=1, help="Accelerator partitions smaller than this go to the next "
         "provider (default: the profile's)."),
-    static_shape: List[str] = typer.Option([], "--static-shape", help=STATIC_SHAPE_HELP),
+    static_shape: list[str] = typer.Option([], "--static-shape", help=STATIC_SHAPE_HELP),
 ) -> None:
     """Split a model into accelerator and CPU sub-models plus a manifest that runs them in order."""
     profile = targets.load_profile(target)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -28,8 +27,8 @@ app = typer.Typer(
 class GlobalOptions:
     """Options given before the command name, available to every command."""
 
-    config: Optional[Path]
-    broker: Optional[str]
+    config: Path | None
+    broker: str | None
     debug: bool
 
 
@@ -42,11 +41,11 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    config: Optional[Path] = typer.Option(
+    config: Path | None = typer.Option(
         None, "--config", "-c", envvar="EDGECTL_CONFIG",
         help="edgectl.yaml to use (default: ./edgectl.yaml, then ~/.config/edgectl/edgectl.yaml).",
     ),
-    broker: Optional[str] = typer.Option(
+    broker: str | None = typer.Option(
         None, "--broker", envvar="EDGECTL_BROKER",
         help="Broker URL, e.g. mqtt://host:1883 or mqtts://host:8883. Default: the config, "
         "else the embedded broker started by `edgectl broker` or ./scripts/demo.",

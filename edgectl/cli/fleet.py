@@ -6,7 +6,7 @@ import queue
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
@@ -16,22 +16,21 @@ from agent.protocol.envelope import TrustedKeys, load_public_key
 from agent.protocol.manifest import TargetInfo
 from agent.protocol.topics import validate_id
 from agent.transport import Message
-from edgectl.cli.app import options
-from edgectl.cli.app import app
+from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.config import load_edgectl_config
 from edgectl.connection import open_transport
+from edgectl.controller.selector import parse_selector
+from edgectl.controller.store import SqliteStore
 from edgectl.direct_deploy import DeviceProgress, deploy_to_devices
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
-from edgectl.controller.selector import parse_selector
-from edgectl.controller.store import SqliteStore
 from edgectl.registry import DeviceRecord, collect_devices
 
 STEPS = ("download", "verify", "stage", "activate", "health", "commit")
 
 
-def _package(path: Path, name: Optional[str], version: Optional[int], workdir: Path, chunk_size: int) -> Package:
+def _package(path: Path, name: str | None, version: int | None, workdir: Path, chunk_size: int) -> Package:
     """A verified package: given as .edgepkg, or built and signed here from an .onnx model."""
     ring = Keyring()
     if path.suffix != ".onnx":
@@ -49,7 +48,7 @@ def deploy(
     ctx: typer.Context,
     artifacts: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="MODEL.onnx (built and signed here) or PKG.edgepkg; with --fleet, one package per target."),
     device: list[str] = typer.Option([], "--device", "-d", help="Device id to deploy to directly, in the foreground (repeatable)."),
-    fleet: Optional[str] = typer.Option(None, "--fleet", help="Selector (group=lobby,target=jetson-orin or all): hand a staged rollout to the controller."),
+    fleet: str | None = typer.Option(None, "--fleet", help="Selector (group=lobby,target=jetson-orin or all): hand a staged rollout to the controller."),
     waves: str = typer.Option("1,10%,50%,100%", "--waves", help="Cumulative wave sizes: counts or percentages."),
     max_failure: str = typer.Option("5%", "--max-failure", help="Install failure rate that halts a wave."),
     bake: str = typer.Option("10m", "--bake", help="Time a wave must run with all gates holding before the next starts."),
@@ -57,9 +56,9 @@ def deploy(
     shadow: bool = typer.Option(False, "--shadow", help="Ask canaries for a shadow run and its agreement (gate: agreement >= 0.99)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (waves, variants, bytes, duration); send nothing."),
     wait: bool = typer.Option(False, "--wait", help="Follow the rollout until it ends (exit 5 unless done)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Model name (for a .onnx model)."),
-    version: Optional[int] = typer.Option(None, "--version", min=1, help="Model version (for a .onnx model)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds to wait for every device (default from config: 600)."),
+    name: str | None = typer.Option(None, "--name", help="Model name (for a .onnx model)."),
+    version: int | None = typer.Option(None, "--version", min=1, help="Model version (for a .onnx model)."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for every device (default from config: 600)."),
     allow_downgrade: bool = typer.Option(False, "--allow-downgrade", help="Let devices install a lower version than they committed."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
@@ -81,7 +80,7 @@ def deploy(
         validate_id(d)
     opts = options(ctx)
     config = load_edgectl_config(opts.config)
-    inbox: "queue.Queue[Message]" = queue.Queue()
+    inbox: queue.Queue[Message] = queue.Queue()
     with tempfile.TemporaryDirectory(prefix="edgectl-deploy-") as tmp:
         package = _package(artifact, name, version, Path(tmp), config.deploy.chunk_size)
         m = package.manifest
@@ -125,7 +124,7 @@ def fleet_devices(ctx: typer.Context, selector: str) -> list[dict[str, Any]]:
     chosen = parse_selector(selector)
     opts = options(ctx)
     config = load_edgectl_config(opts.config)
-    inbox: "queue.Queue[Message]" = queue.Queue()
+    inbox: queue.Queue[Message] = queue.Queue()
     transport = open_transport(opts.broker, config, inbox)
     try:
         records = collect_devices(transport, inbox)

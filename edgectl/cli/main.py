@@ -5,28 +5,30 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import typer
 
 from agent.errors import EdgeError, InternalError
-from edgectl.cli.app import app
 
 # Command modules register themselves on `app` when imported.
-from edgectl.cli import analysis  # noqa: F401  (targets, inspect, partition)
-from edgectl.cli import broker  # noqa: F401  (broker)
-from edgectl.cli import fleet  # noqa: F401  (deploy, devices)
-from edgectl.cli import rollout  # noqa: F401  (deploy --fleet, rollout ..., device show)
-from edgectl.cli import controller  # noqa: F401  (controller run)
-from edgectl.cli import packages  # noqa: F401  (keys, build, verify)
-from edgectl.cli import quantize  # noqa: F401  (quantize)
-from edgectl.cli import security  # noqa: F401  (pki, device enroll|revoke, broker config)
-from edgectl.cli import sim  # noqa: F401  (sim)
+from edgectl.cli import (
+    analysis,  # noqa: F401  (targets, inspect, partition)
+    broker,  # noqa: F401  (broker)
+    controller,  # noqa: F401  (controller run)
+    fleet,  # noqa: F401  (deploy, devices)
+    packages,  # noqa: F401  (keys, build, verify)
+    quantize,  # noqa: F401  (quantize)
+    rollout,  # noqa: F401  (deploy --fleet, rollout ..., device show)
+    security,  # noqa: F401  (pki, device enroll|revoke, broker config)
+    sim,  # noqa: F401  (sim)
+)
+from edgectl.cli.app import app
 
 __all__ = ["main"]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     """Run edgectl; exit with the documented code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args

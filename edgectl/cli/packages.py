@@ -5,12 +5,11 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from agent.errors import UserError
 from agent.deploy.trust import KeyRotation
+from agent.errors import UserError
 from agent.protocol.envelope import TrustedKeys, key_id, load_public_key
 from agent.protocol.manifest import TargetInfo
 from edgectl.cli.app import app
@@ -46,8 +45,8 @@ def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
 @keys_app.command("export")
 def keys_export(
     role: str = typer.Argument("package", help="package or controller."),
-    key_id: Optional[str] = typer.Option(None, "--key-id", help="A key other than the active one."),
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the PEM here instead of stdout."),
+    key_id: str | None = typer.Option(None, "--key-id", help="A key other than the active one."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write the PEM here instead of stdout."),
 ) -> None:
     """Print a public key (PEM) for agents to pin in trust.packages / trust.controllers."""
     pem = Keyring().public_pem(role, key_id)
@@ -103,7 +102,7 @@ def build(
     model: Path = typer.Argument(..., exists=True, dir_okay=False, help="The ONNX model to package."),
     name: str = typer.Option(..., "--name", help="Model name; agents serve it under this name."),
     version: int = typer.Option(..., "--version", min=1, help="Integer version, higher than any before."),
-    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Output path (default NAME-VERSION.edgepkg)."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Output path (default NAME-VERSION.edgepkg)."),
     target: str = typer.Option("any", "--target", help="Target profile the package is for ('any': every device)."),
     valid_days: float = typer.Option(90.0, "--valid-days", help="Days until the manifest expires."),
     chunk_size: int = typer.Option(64 * 1024, "--chunk-size", help="Transfer chunk size in bytes."),

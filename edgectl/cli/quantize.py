@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -22,23 +21,23 @@ def quantize(
     mode: str = typer.Option("auto", "--mode", "-m",
                              help="int8 (static QDQ), dynamic, fp16, or auto (the target's precision policy; "
                                   "on CPU targets the fastest variant within the budget)."),
-    calib: Optional[Path] = typer.Option(None, "--calib",
+    calib: Path | None = typer.Option(None, "--calib",
                                          help="Folder of calibration samples: .npy/.npz (keys = input names) "
                                               "or JPEG/PNG images (see --preprocess)."),
     calib_synthetic: int = typer.Option(0, "--calib-synthetic", min=0,
                                         help="Calibrate on N random samples instead (accuracy then unknown)."),
-    preprocess: Optional[Path] = typer.Option(None, "--preprocess",
+    preprocess: Path | None = typer.Option(None, "--preprocess",
                                               help="YAML with image preprocessing per input (resize, "
                                                    "channel_order, mean, std, layout)."),
     method: str = typer.Option("minmax", "--method", help="Calibration method: minmax, entropy or percentile."),
-    eval_dir: Optional[Path] = typer.Option(None, "--eval",
+    eval_dir: Path | None = typer.Option(None, "--eval",
                                             help="Held-out samples (same formats as --calib), with optional "
                                                  "labels.txt/labels.npy; without labels the float model's "
                                                  "outputs are the reference."),
     max_drop: float = typer.Option(1.0, "--max-drop", min=0.0,
                                    help="Accuracy budget in points of the metric (top-1, agreement, cosine*100)."),
     fp16_io: bool = typer.Option(False, "--fp16-io", help="With fp16, convert graph inputs/outputs to fp16 too."),
-    report: Optional[Path] = typer.Option(None, "--report", help="Also write an HTML report with a per-node error plot."),
+    report: Path | None = typer.Option(None, "--report", help="Also write an HTML report with a per-node error plot."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report instead of the table."),
     no_measure: bool = typer.Option(False, "--no-measure", help="Skip the latency measurement."),
 ) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.live import Live
 from rich.console import Group
+from rich.live import Live
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -22,7 +21,7 @@ app.add_typer(device_app, name="device")
 _PKI_HELP = "PKI directory (default: $EDGECTL_HOME/pki)."
 
 
-def _pki_dir(path: Optional[Path]) -> Path:
+def _pki_dir(path: Path | None) -> Path:
     return path if path is not None else default_pki_dir()
 
 
@@ -32,7 +31,7 @@ def _say(message: str) -> None:
 
 @pki_app.command("init")
 def pki_init(
-    directory: Optional[Path] = typer.Option(None, "--dir", envvar="EDGECTL_PKI", help=_PKI_HELP),
+    directory: Path | None = typer.Option(None, "--dir", envvar="EDGECTL_PKI", help=_PKI_HELP),
     algorithm: Algorithm = typer.Option(
         Algorithm.P256, "--algorithm", case_sensitive=False,
         help="Key algorithm: p256 (default; works with every TLS stack and hardware key store) or ed25519.",
@@ -46,7 +45,7 @@ def pki_init(
 
 @pki_app.command("crl")
 def pki_crl(
-    directory: Optional[Path] = typer.Option(None, "--dir", envvar="EDGECTL_PKI", help=_PKI_HELP),
+    directory: Path | None = typer.Option(None, "--dir", envvar="EDGECTL_PKI", help=_PKI_HELP),
 ) -> None:
     """Re-sign the revocation list with a fresh expiry and copy it to every broker config."""
     pki = FleetPki.open(_pki_dir(directory))
@@ -60,16 +59,16 @@ def device_enroll(
     device_id: str = typer.Argument(..., metavar="ID", help="Device id (1-64 of A-Z a-z 0-9 . _ -); becomes the certificate CN."),
     tags: str = typer.Option("", "--tags", help="Tags for the agent config, e.g. site=lyon,line=3."),
     broker_url: str = typer.Option("mqtts://localhost:8883", "--broker-url", help="Broker URL the agent connects to (mqtts://host:port)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Bundle directory to write (default: ./ID)."),
+    out: Path | None = typer.Option(None, "--out", help="Bundle directory to write (default: ./ID)."),
     days: int = typer.Option(730, "--days", min=1, help="Days the device certificate is valid."),
     force: bool = typer.Option(False, "--force", help="Revoke a current certificate of ID and overwrite an existing bundle."),
-    trust_packages: Optional[List[Path]] = typer.Option(
+    trust_packages: list[Path] | None = typer.Option(
         None, "--trust-package-key", help="PEM public key that signs packages; copied into the bundle (repeatable)."
     ),
-    trust_controllers: Optional[List[Path]] = typer.Option(
+    trust_controllers: list[Path] | None = typer.Option(
         None, "--trust-controller-key", help="PEM public key that signs commands; copied into the bundle (repeatable)."
     ),
-    directory: Optional[Path] = typer.Option(None, "--pki", envvar="EDGECTL_PKI", help=_PKI_HELP),
+    directory: Path | None = typer.Option(None, "--pki", envvar="EDGECTL_PKI", help=_PKI_HELP),
 ) -> None:
     """Issue a device certificate and key and write a ready agent config bundle (copy it to the device)."""
     tag_map = parse_tags(tags)
@@ -83,7 +82,7 @@ def device_enroll(
 @device_app.command("revoke")
 def device_revoke(
     device_id: str = typer.Argument(..., metavar="ID", help="Device id to revoke."),
-    directory: Optional[Path] = typer.Option(None, "--pki", envvar="EDGECTL_PKI", help=_PKI_HELP),
+    directory: Path | None = typer.Option(None, "--pki", envvar="EDGECTL_PKI", help=_PKI_HELP),
 ) -> None:
     """Revoke a device's certificate: it is added to the CRL, which is copied to every broker config."""
     pki = FleetPki.open(_pki_dir(directory))
@@ -100,15 +99,15 @@ def device_revoke(
 def broker_config(
     out: Path = typer.Option(..., "--out", help="Directory for mosquitto.conf, acl, certificates and crl.pem."),
     port: int = typer.Option(8883, "--port", min=1, max=65535, help="TLS listener port."),
-    hosts: Optional[List[str]] = typer.Option(
+    hosts: list[str] | None = typer.Option(
         None, "--host", help="Name or IP clients use to reach the broker; repeat for several (default: localhost, 127.0.0.1)."
     ),
-    bind: Optional[str] = typer.Option(None, "--bind", help="Address to listen on (default: all)."),
-    install_dir: Optional[Path] = typer.Option(
+    bind: str | None = typer.Option(None, "--bind", help="Address to listen on (default: all)."),
+    install_dir: Path | None = typer.Option(
         None, "--install-dir", help="Where these files will live on the broker host, if not --out (e.g. /etc/mosquitto/edgectl)."
     ),
     key_group: str = typer.Option("mosquitto", "--key-group", help="Group allowed to read broker.key (Mosquitto drops to it)."),
-    directory: Optional[Path] = typer.Option(None, "--pki", envvar="EDGECTL_PKI", help=_PKI_HELP),
+    directory: Path | None = typer.Option(None, "--pki", envvar="EDGECTL_PKI", help=_PKI_HELP),
 ) -> None:
     """Generate a Mosquitto 2 config for the fleet PKI: TLS, certificate login, per-device topic ACLs."""
     pki = FleetPki.open(_pki_dir(directory))

@@ -6,7 +6,6 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,7 +23,7 @@ __all__ = ["MAX_PER_PROCESS", "parse_factors", "parse_profiles"]
 MAX_PER_PROCESS = 300  # each light agent holds 3 file descriptors (socket and paho's wake-up pair)
 
 
-def parse_profiles(text: Optional[str], agents: Optional[int]) -> list[tuple[str, int]]:
+def parse_profiles(text: str | None, agents: int | None) -> list[tuple[str, int]]:
     """``jetson-orin:10,nnapi:20`` -> [(profile, count)]; counts must add up to ``agents`` if given."""
     if not text:
         if agents is None:
@@ -56,7 +55,7 @@ def parse_factors(values: list[str], what: str) -> dict[str, float]:
     """``2.0`` (every model) or ``NAME@VERSION=2.0`` -> {"*" or "NAME@VERSION": factor}."""
     factors = {}
     for value in values:
-        key, sep, number = value.rpartition("=") if "=" in value else ("*", "=", value)
+        key, _sep, number = value.rpartition("=") if "=" in value else ("*", "=", value)
         try:
             factor = float(number)
         except ValueError:
@@ -80,8 +79,8 @@ def _parse_tags(values: list[str]) -> dict[str, str]:
 @app.command("sim")
 def sim(
     ctx: typer.Context,
-    agents: Optional[int] = typer.Option(None, "--agents", "-n", min=1, help="Number of simulated agents (default: the sum of --profiles)."),
-    profiles: Optional[str] = typer.Option(
+    agents: int | None = typer.Option(None, "--agents", "-n", min=1, help="Number of simulated agents (default: the sum of --profiles)."),
+    profiles: str | None = typer.Option(
         None, "--profiles", help="Target profile mix, e.g. jetson-orin:10,nnapi:20,cpu-x86:20 (default: all cpu-x86)."),
     latency_factor: list[str] = typer.Option(
         [], "--latency-factor", help="Make models slower on these agents: FACTOR for every model, or NAME@VERSION=FACTOR. Repeatable."),
@@ -90,10 +89,10 @@ def sim(
     fallback: int = typer.Option(0, "--fallback", min=0, help="This many agents (the last ones) end up on the CPU instead of their profile's accelerator."),
     tag: list[str] = typer.Option([], "--tag", help="KEY=VALUE tag every agent announces (for --fleet selectors). Repeatable."),
     prefix: str = typer.Option("sim", "--prefix", help="Device ids are PREFIX-PROFILE-NNN."),
-    state_dir: Optional[Path] = typer.Option(
+    state_dir: Path | None = typer.Option(
         None, "--state-dir", help="Where each agent keeps its state (default $EDGECTL_HOME/sim); a restart keeps active models."),
     telemetry_s: float = typer.Option(1.0, "--telemetry-s", min=0.05, help="Seconds between telemetry reports of each agent."),
-    duration: Optional[float] = typer.Option(None, "--duration", min=0.1, help="Stop after this many seconds (default: run until Ctrl-C/SIGTERM)."),
+    duration: float | None = typer.Option(None, "--duration", min=0.1, help="Stop after this many seconds (default: run until Ctrl-C/SIGTERM)."),
     json_out: bool = typer.Option(False, "--json", help="Print the agents as JSON instead of a table."),
 ) -> None:
     """Run N light simulated agents against the broker until Ctrl-C, so rollouts can be tried without hardware.

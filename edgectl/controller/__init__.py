@@ -11,14 +11,14 @@ from edgectl.controller.submit import RolloutOptions, submit_rollout
 
 __all__ = [
     "ACTIVE",
+    "FINAL",
+    "REQUESTS",
     "DeviceFacts",
     "DeviceRow",
     "Engine",
-    "FINAL",
     "Gate",
     "GateResult",
     "Plan",
-    "REQUESTS",
     "RolloutDevice",
     "RolloutOptions",
     "RolloutRow",

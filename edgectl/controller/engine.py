@@ -27,13 +27,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from edgectl.controller.gates import DeviceFacts, GateResult, parse_gate
 from edgectl.controller.reports import IN_FLIGHT, Publisher, Reports, package_info, shadow_agreement
 from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
 
-__all__ = ["ACTIVE", "Engine", "FINAL", "REQUESTS"]
+__all__ = ["ACTIVE", "FINAL", "REQUESTS", "Engine"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ REQUESTS: dict[str, tuple[str, ...]] = {
 
 
 class Engine(Reports):
-    def __init__(self, store: SqliteStore, publisher: Publisher, fallback_of: Callable[[Optional[str], str], Optional[bool]],
+    def __init__(self, store: SqliteStore, publisher: Publisher, fallback_of: Callable[[str | None, str], bool | None],
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(store, publisher, clock)
         self.fallback_of = fallback_of
@@ -123,7 +123,7 @@ class Engine(Reports):
     def _supersede(self, rollout: RolloutRow, device_id: str) -> None:
         """A newer desired state replaces what an older rollout sent and the device has not finished."""
         for row in self.store.device_rollouts(device_id):
-            if row.rollout_id != rollout.id and row.status in IN_FLIGHT + ("deferred",):
+            if row.rollout_id != rollout.id and row.status in (*IN_FLIGHT, "deferred"):
                 row.status, row.detail = "superseded", f"by rollout {rollout.id}"
                 self.store.save_rollout_device(row)
                 self.store.audit("device superseded", row.detail, row.rollout_id, device_id)
@@ -168,14 +168,14 @@ class Engine(Reports):
 
     def check_gates(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> list[GateResult]:
         facts = [self._facts(rollout, r) for r in rows]
-        for fact, row in zip(facts, rows):
+        for fact, row in zip(facts, rows, strict=False):
             if row.status == "ok" and fact.silent_s is not None and fact.silent_s > float(rollout.spec["silence_s"]):
                 row.status, row.detail = "failed", f"silent for {fact.silent_s:.0f}s after install"
                 self.store.save_rollout_device(row)
                 self.store.audit("device failed", row.detail, rollout.id, row.device_id)
         return [parse_gate(text).check(facts) for text in rollout.spec["gates"]]
 
-    def _shadow_verdict(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> Optional[str]:
+    def _shadow_verdict(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> str | None:
         """Canaries report their shadow run before cut-over: a failing agreement gate halts the wave at once."""
         if not rollout.spec.get("shadow"):
             return None
@@ -204,7 +204,7 @@ class Engine(Reports):
         fact.p95_ms, fact.latency_ratio = self._latency(row, package)
         return fact
 
-    def _latency(self, row: RolloutDevice, package: dict[str, object]) -> tuple[Optional[float], Optional[float]]:
+    def _latency(self, row: RolloutDevice, package: dict[str, object]) -> tuple[float | None, float | None]:
         """(new p95, new / previous p95), comparing like with like: telemetry, else health checks."""
         prev = row.previous
         new_p95 = None
@@ -250,7 +250,7 @@ class Engine(Reports):
     def _finish_stop(self, rollout: RolloutRow) -> None:
         """Wait for rollbacks and in-flight installs to report, up to the wave timeout."""
         rows = self.store.rollout_devices(rollout.id)
-        waiting = [r for r in rows if r.status in ("rollback-sent",) + IN_FLIGHT]
+        waiting = [r for r in rows if r.status in ("rollback-sent", *IN_FLIGHT)]
         if waiting and self.clock() - rollout.phase_since < float(rollout.spec["wave_timeout_s"]):
             return
         rollout.status = "rolled-back" if rollout.status == "rolling-back" else "aborted"

@@ -22,12 +22,12 @@ import math
 import operator
 import re
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 from agent.errors import UserError
 
-__all__ = ["DeviceFacts", "Gate", "GateResult", "METRICS", "parse_gate", "parse_duration", "parse_rate"]
+__all__ = ["METRICS", "DeviceFacts", "Gate", "GateResult", "parse_duration", "parse_gate", "parse_rate"]
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
@@ -50,19 +50,19 @@ class DeviceFacts:
 
     device_id: str
     status: str
-    latency_ratio: Optional[float] = None
-    p95_ms: Optional[float] = None
-    silent_s: Optional[float] = None  # since it was last heard from (any message) after install
-    fallback: Optional[bool] = None
+    latency_ratio: float | None = None
+    p95_ms: float | None = None
+    silent_s: float | None = None  # since it was last heard from (any message) after install
+    fallback: bool | None = None
     requests: int = 0
     errors: int = 0
-    agreement: Optional[float] = None
+    agreement: float | None = None
 
 
 @dataclass(frozen=True)
 class GateResult:
     gate: str
-    value: Optional[float]
+    value: float | None
     holds: bool
     detail: str
 
@@ -140,19 +140,19 @@ def _installed(facts: Sequence[DeviceFacts]) -> list[DeviceFacts]:
     return [f for f in facts if f.status == "ok"]
 
 
-def _failure_rate(_g: Gate, facts: Sequence[DeviceFacts]) -> Optional[float]:
+def _failure_rate(_g: Gate, facts: Sequence[DeviceFacts]) -> float | None:
     counted = [f for f in facts if f.status not in ("deferred", "skipped", "planned", "cancelled")]
     if not counted:
         return None
     return sum(f.status in ("failed", "rolled-back") for f in counted) / len(counted)
 
 
-def _silence(_g: Gate, facts: Sequence[DeviceFacts]) -> Optional[float]:
+def _silence(_g: Gate, facts: Sequence[DeviceFacts]) -> float | None:
     values = [f.silent_s for f in _installed(facts) if f.silent_s is not None]
     return max(values) if values else None
 
 
-def _latency(g: Gate, facts: Sequence[DeviceFacts]) -> Optional[float]:
+def _latency(g: Gate, facts: Sequence[DeviceFacts]) -> float | None:
     if g.unit == "ms":
         values = [f.p95_ms for f in _installed(facts) if f.p95_ms is not None]
         return max(values) if values else None
@@ -160,22 +160,22 @@ def _latency(g: Gate, facts: Sequence[DeviceFacts]) -> Optional[float]:
     return statistics.median(ratios) if ratios else None
 
 
-def _error_rate(_g: Gate, facts: Sequence[DeviceFacts]) -> Optional[float]:
+def _error_rate(_g: Gate, facts: Sequence[DeviceFacts]) -> float | None:
     requests = sum(f.requests for f in _installed(facts))
     return sum(f.errors for f in _installed(facts)) / requests if requests else None
 
 
-def _fallback(_g: Gate, facts: Sequence[DeviceFacts]) -> Optional[float]:
+def _fallback(_g: Gate, facts: Sequence[DeviceFacts]) -> float | None:
     known = [f.fallback for f in _installed(facts) if f.fallback is not None]
     return sum(known) / len(known) if known else None
 
 
-def _agreement(_g: Gate, facts: Sequence[DeviceFacts]) -> Optional[float]:
+def _agreement(_g: Gate, facts: Sequence[DeviceFacts]) -> float | None:
     values = [f.agreement for f in facts if f.agreement is not None]
     return min(values) if values else None
 
 
-_MEASURES: dict[str, Callable[[Gate, Sequence[DeviceFacts]], Optional[float]]] = {
+_MEASURES: dict[str, Callable[[Gate, Sequence[DeviceFacts]], float | None]] = {
     "failure_rate": _failure_rate, "silence": _silence, "p95_latency": _latency,
     "error_rate": _error_rate, "ep_fallback": _fallback, "agreement": _agreement,
 }

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from agent.errors import UserError
 from edgectl.package import Package
@@ -32,8 +33,8 @@ INSTALL_S = 15.0
 class PlannedDevice:
     device_id: str
     wave: int  # 1-based; 0 when skipped
-    variant: Optional[str]  # variant_id of its package
-    target: Optional[str]
+    variant: str | None  # variant_id of its package
+    target: str | None
     reason: str = ""
 
 
@@ -104,7 +105,7 @@ def _cumulative(parts: Sequence[str], total: int) -> list[int]:
     return sorted(set(s for s in sizes if s > 0))
 
 
-def choose_variant(target: Optional[str], packages: Sequence[Package]) -> Optional[Package]:
+def choose_variant(target: str | None, packages: Sequence[Package]) -> Package | None:
     """The package built for this target; one for 'any' only when none names the target."""
     exact = [p for p in packages if p.manifest.target.name != "any" and p.manifest.target.accepts(target)]
     if exact:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Optional, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from agent.protocol.envelope import Envelope
 from agent.protocol.messages import DeviceEvent
@@ -52,13 +53,13 @@ def runs(active: dict[str, Any], package: dict[str, Any]) -> bool:
     return all(str(active.get(k)) == str(package[k]) for k in ("name", "version", "artifact_id"))
 
 
-def shadow_agreement(row: RolloutDevice) -> Optional[float]:
+def shadow_agreement(row: RolloutDevice) -> float | None:
     """The agreement the device's shadow run reported (event data ``shadow.agreement``), if any."""
     value = (row.data.get("shadow") or {}).get("agreement")
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def shadow_threshold(rollout: RolloutRow, row: RolloutDevice) -> Optional[float]:
+def shadow_threshold(rollout: RolloutRow, row: RolloutDevice) -> float | None:
     """The agreement a device must reach in a shadow run before cut-over: first-wave devices of a --shadow rollout."""
     if not rollout.spec.get("shadow") or row.wave != 1:
         return None
@@ -81,7 +82,7 @@ class Reports:
 
     def _rows(self, device_id: str) -> list[tuple[RolloutRow, RolloutDevice]]:
         """The device's rows in every rollout that sent it something."""
-        rollouts: dict[str, Optional[RolloutRow]] = {}
+        rollouts: dict[str, RolloutRow | None] = {}
         found = []
         for row in self.store.device_rollouts(device_id):
             if row.status in UNSENT:
@@ -99,7 +100,7 @@ class Reports:
         for rollout, row in self._rows(event.device_id):
             if event.deployment_id == rollout.id:
                 self._apply(rollout, row, event.status, event.state, event.detail, event.data)
-            elif event.deployment_id == "none" and event.status == "rejected" and row.status in IN_FLIGHT + ("deferred",):
+            elif event.deployment_id == "none" and event.status == "rejected" and row.status in (*IN_FLIGHT, "deferred"):
                 # Not tied to a deployment: the device refused a message (signature, expiry, address).
                 # A replay refusal only says it already holds what a republish sent again.
                 if REPLAY not in event.detail:
@@ -132,7 +133,7 @@ class Reports:
         active = state.get("active") or {}
         for rollout, row in self._rows(device_id):
             holds = runs(active, package_info(rollout, row.variant))
-            if row.status in IN_FLIGHT + ("deferred", "failed") and holds:
+            if row.status in (*IN_FLIGHT, "deferred", "failed") and holds:
                 self._apply(rollout, row, "ok", "done", "committed (from the device's state)", {})
             elif row.status == "rollback-sent" and not holds:
                 self._apply(rollout, row, "rolled-back", "rollback", "rolled back (from the device's state)", {})
@@ -141,7 +142,7 @@ class Reports:
 
     def on_birth(self, device_id: str) -> None:
         """The device (re)connected just now: a rollback command sent before may never have reached it."""
-        for rollout, row in self._rows(device_id):
+        for _rollout, row in self._rows(device_id):
             if row.status == "rollback-sent" and not row.data.get("rollback_due"):
                 row.data["rollback_due"] = True
                 self.store.save_rollout_device(row)

@@ -7,8 +7,9 @@ silently. ``all`` or ``*`` selects every device. A value may end in ``*`` to mat
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from agent.errors import UserError
 

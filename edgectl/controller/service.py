@@ -14,14 +14,14 @@ import threading
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.errors import EdgeError
 from agent.protocol import topics
-from agent.protocol.messages import DeviceEvent
 from agent.protocol.envelope import TrustedKeys
+from agent.protocol.messages import DeviceEvent
 from agent.transport import Message, MqttTransport
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from edgectl.controller.engine import ACTIVE, Engine
@@ -48,7 +48,7 @@ def _profile_providers(target: str) -> tuple[str, ...]:
         return ()
 
 
-def backend_fallback(target: Optional[str], backend: str) -> Optional[bool]:
+def backend_fallback(target: str | None, backend: str) -> bool | None:
     """Whether ``backend`` (``onnxruntime/CPUExecutionProvider``) ranks below the profile's first EP."""
     providers = _profile_providers(target) if target else ()
     if not providers or not backend:
@@ -67,7 +67,7 @@ class Controller:
         self.key = key
         self.trusted = trusted
         self.tick_s = tick_s
-        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        self.inbox: queue.Queue[Message] = queue.Queue()
         self._reconnected = threading.Event()
         self.transport: MqttTransport = transport_factory(self.inbox, self._reconnected.set)
         self.server = ArtifactServer(self.transport)
@@ -185,6 +185,6 @@ class Controller:
                 self.server.release(artifact_id, event.device_id)
 
     def _serve_active(self) -> None:
-        for rollout in self.store.rollouts(ACTIVE + ("done",)):
+        for rollout in self.store.rollouts((*ACTIVE, "done")):
             for info in rollout.spec["packages"]:
                 self._package(rollout, info["variant"])

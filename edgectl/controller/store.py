@@ -11,9 +11,10 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Protocol
+from typing import Any, Protocol
 
 __all__ = ["DeviceRow", "RolloutDevice", "RolloutRow", "SqliteStore", "Store"]
 
@@ -48,12 +49,12 @@ class DeviceRow:
     """What the controller knows of one device from its retained messages and telemetry."""
 
     id: str
-    online: Optional[bool] = None
-    last_seen: Optional[float] = None
+    online: bool | None = None
+    last_seen: float | None = None
     birth: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     telemetry: dict[str, Any] = field(default_factory=dict)
-    telemetry_ts: Optional[float] = None
+    telemetry_ts: float | None = None
 
 
 @dataclass
@@ -84,9 +85,9 @@ class RolloutDevice:
     state: str = ""
     detail: str = ""
     data: dict[str, Any] = field(default_factory=dict)
-    desired: Optional[bytes] = None
+    desired: bytes | None = None
     previous: dict[str, Any] = field(default_factory=dict)
-    installed_at: Optional[float] = None
+    installed_at: float | None = None
     updated: float = 0.0
 
 
@@ -95,21 +96,21 @@ class Store(Protocol):
 
     def upsert_device(self, device_id: str, **fields: Any) -> None: ...
     def devices(self) -> list[DeviceRow]: ...
-    def device(self, device_id: str) -> Optional[DeviceRow]: ...
+    def device(self, device_id: str) -> DeviceRow | None: ...
     def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float) -> None: ...
-    def latency(self, device_id: str, model: Optional[str] = None, version: Optional[int] = None,
+    def latency(self, device_id: str, model: str | None = None, version: int | None = None,
                 since: float = 0.0, limit: int = 500) -> list[dict[str, Any]]: ...
     def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any]) -> None: ...
     def events(self, device_id: str, limit: int = 20) -> list[dict[str, Any]]: ...
     def create_rollout(self, rollout: RolloutRow, devices: Iterable[RolloutDevice]) -> None: ...
     def save_rollout(self, rollout: RolloutRow) -> None: ...
-    def rollout(self, rollout_id: str) -> Optional[RolloutRow]: ...
-    def rollouts(self, statuses: Optional[tuple[str, ...]] = None) -> list[RolloutRow]: ...
+    def rollout(self, rollout_id: str) -> RolloutRow | None: ...
+    def rollouts(self, statuses: tuple[str, ...] | None = None) -> list[RolloutRow]: ...
     def rollout_devices(self, rollout_id: str) -> list[RolloutDevice]: ...
     def device_rollouts(self, device_id: str) -> list[RolloutDevice]: ...
     def save_rollout_device(self, row: RolloutDevice) -> None: ...
     def audit(self, action: str, detail: str = "", rollout_id: str = "", device_id: str = "", actor: str = "controller") -> None: ...
-    def audit_log(self, rollout_id: Optional[str] = None, device_id: Optional[str] = None, limit: int = 1000) -> list[dict[str, Any]]: ...
+    def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]: ...
     def request(self, rollout_id: str, action: str) -> None: ...
     def take_requests(self) -> list[tuple[str, str]]: ...
 
@@ -138,7 +139,7 @@ class SqliteStore:
             self._local.db = db
         return db
 
-    def batch(self) -> "_Batch":
+    def batch(self) -> _Batch:
         """``with store.batch():`` groups many writes in one transaction (telemetry ingest)."""
         return _Batch(self._db())
 
@@ -157,7 +158,7 @@ class SqliteStore:
     def devices(self) -> list[DeviceRow]:
         return [self._device(r) for r in self._db().execute("SELECT * FROM devices ORDER BY id")]
 
-    def device(self, device_id: str) -> Optional[DeviceRow]:
+    def device(self, device_id: str) -> DeviceRow | None:
         row = self._db().execute("SELECT * FROM devices WHERE id=?", (device_id,)).fetchone()
         return self._device(row) if row else None
 
@@ -172,14 +173,14 @@ class SqliteStore:
     def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float) -> None:
         self._db().execute("INSERT INTO latency VALUES (?,?,?,?,?,?)", (device_id, ts, model, version, p95_ms, source))
 
-    def latency(self, device_id: str, model: Optional[str] = None, version: Optional[int] = None,
+    def latency(self, device_id: str, model: str | None = None, version: int | None = None,
                 since: float = 0.0, limit: int = 500) -> list[dict[str, Any]]:
         sql = "SELECT * FROM latency WHERE device_id=? AND ts>=?"
         args: list[Any] = [device_id, since]
         if model is not None:
-            sql, args = sql + " AND model=?", args + [model]
+            sql, args = sql + " AND model=?", [*args, model]
         if version is not None:
-            sql, args = sql + " AND version=?", args + [version]
+            sql, args = sql + " AND version=?", [*args, version]
         rows = self._db().execute(sql + " ORDER BY ts DESC LIMIT ?", (*args, limit)).fetchall()
         return [dict(r) for r in reversed(rows)]
 
@@ -207,11 +208,11 @@ class SqliteStore:
              rollout.phase_since, rollout.reason, rollout.updated),
         )
 
-    def rollout(self, rollout_id: str) -> Optional[RolloutRow]:
+    def rollout(self, rollout_id: str) -> RolloutRow | None:
         row = self._db().execute("SELECT * FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
         return self._rollout(row) if row else None
 
-    def rollouts(self, statuses: Optional[tuple[str, ...]] = None) -> list[RolloutRow]:
+    def rollouts(self, statuses: tuple[str, ...] | None = None) -> list[RolloutRow]:
         rows = self._db().execute("SELECT * FROM rollouts ORDER BY created").fetchall()
         found = [self._rollout(r) for r in rows]
         return [r for r in found if statuses is None or r.status in statuses]
@@ -252,13 +253,13 @@ class SqliteStore:
         self._db().execute("INSERT INTO audit(ts, actor, rollout_id, device_id, action, detail) VALUES (?,?,?,?,?,?)",
                            (time.time(), actor, rollout_id, device_id, action, detail))
 
-    def audit_log(self, rollout_id: Optional[str] = None, device_id: Optional[str] = None, limit: int = 1000) -> list[dict[str, Any]]:
+    def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         sql = "SELECT * FROM audit WHERE 1=1"
         args: list[Any] = []
         if rollout_id:
-            sql, args = sql + " AND rollout_id=?", args + [rollout_id]
+            sql, args = sql + " AND rollout_id=?", [*args, rollout_id]
         if device_id:
-            sql, args = sql + " AND device_id=?", args + [device_id]
+            sql, args = sql + " AND device_id=?", [*args, device_id]
         rows = self._db().execute(sql + " ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
         return [dict(r) for r in reversed(rows)]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from edgectl.controller.gates import parse_gate
 from edgectl.controller.planner import Plan, variant_label

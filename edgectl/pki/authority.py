@@ -14,9 +14,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -119,7 +119,7 @@ class FleetPki:
         return self.root / "devices" / f"{validate_id(device_id)}.pem"
 
     @classmethod
-    def init(cls, root: Path, algorithm: Algorithm) -> "FleetPki":
+    def init(cls, root: Path, algorithm: Algorithm) -> FleetPki:
         """Create the CA, the controller identity and an empty CRL; refuse to overwrite a CA."""
         pki = cls(root)
         if pki.ca_cert_path.exists() or pki.ca_key_path.exists():
@@ -137,7 +137,7 @@ class FleetPki:
         return pki
 
     @classmethod
-    def open(cls, root: Path) -> "FleetPki":
+    def open(cls, root: Path) -> FleetPki:
         """The PKI in ``root``; NotFoundError if ``edgectl pki init`` has not run there."""
         pki = cls(root)
         if not pki.ca_cert_path.exists():

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from enum import Enum
 from ipaddress import ip_address
-from typing import Iterable, Optional, Union
+from typing import Union
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -51,7 +52,7 @@ def generate_key(algorithm: Algorithm) -> PrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _digest(key: PrivateKey) -> Optional[hashes.SHA256]:
+def _digest(key: PrivateKey) -> hashes.SHA256 | None:
     # Ed25519 signs the message itself; cryptography wants no hash for it.
     return None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
 
@@ -105,7 +106,7 @@ def issue(
     key: PrivateKey,
     usage: Usage,
     days: int,
-    issuer: Optional[tuple[x509.Certificate, PrivateKey]] = None,
+    issuer: tuple[x509.Certificate, PrivateKey] | None = None,
     hosts: Iterable[str] = (),
 ) -> x509.Certificate:
     """Certificate for ``key`` with subject CN ``common_name``, signed by ``issuer`` (self if None).

@@ -177,7 +177,7 @@ def test_summary_is_short_and_json_ready(tmp_path: Path) -> None:
         (intel_npu, ALL_ORT, ["CPU", "NPU"], ["openvino"], ["openvino/NPU", "openvino/CPU"]),
     ],
 )
-def test_candidate_lists(tmp_path, build, ort, ov, allowed, expected) -> None:  # noqa: ANN001
+def test_candidate_lists(tmp_path, build, ort, ov, allowed, expected) -> None:
     hw = probe_hardware(build(tmp_path))
     found = candidate_backends(hw, allowed, ort_providers=ort, openvino_devices=ov)
     assert [c.name for c in found] == expected

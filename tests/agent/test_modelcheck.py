@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnx
@@ -34,7 +34,7 @@ def _external(tmp_path: Path, **fields: str) -> Path:
     for key, value in fields.items():
         match = [e for e in entries if e.key == key]
         (match[0] if match else entries.add()).key = key
-        (match[0] if match else [e for e in entries if e.key == key][0]).value = value
+        (match[0] if match else next(e for e in entries if e.key == key)).value = value
     path.write_bytes(model.SerializeToString())
     return path
 

@@ -46,7 +46,7 @@ def hardware() -> Hardware:
     return probe_hardware()
 
 
-def select(path: Path, hardware: Hardware, cache: Path, **kwargs) -> object:  # noqa: ANN003
+def select(path: Path, hardware: Hardware, cache: Path, **kwargs) -> object:
     options = {"allowed_providers": None, "golden": None, "expected": None, "time_budget_s": 0.2, **kwargs}
     return select_backend(path, hardware=hardware, cache_dir=cache, **options)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import onnx
@@ -66,7 +66,7 @@ def inputs(x: np.ndarray, binary: bool = True, x_type: str = "FP32", x_name: str
     return [first, second]
 
 
-def test_health_and_metadata(served) -> None:  # noqa: ANN001
+def test_health_and_metadata(served) -> None:
     server, _, _ = served
     c = client(server)
     assert c.is_server_live() and c.is_server_ready()
@@ -79,7 +79,7 @@ def test_health_and_metadata(served) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
-def test_infer_round_trip(served, binary: bool) -> None:  # noqa: ANN001
+def test_infer_round_trip(served, binary: bool) -> None:
     server, _, _ = served
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     outputs = [triton.InferRequestedOutput(n, binary_data=binary) for n in ("y", "t")]
@@ -89,7 +89,7 @@ def test_infer_round_trip(served, binary: bool) -> None:  # noqa: ANN001
     assert result.get_response()["id"] == "r1"
 
 
-def test_default_outputs_come_back_binary(served) -> None:  # noqa: ANN001
+def test_default_outputs_come_back_binary(served) -> None:
     server, _, _ = served
     result = client(server).infer("scale", inputs(np.ones((1, 4), np.float32)), model_version="1")
     np.testing.assert_array_equal(result.as_numpy("y"), np.full((1, 4), 2, np.float32))
@@ -105,7 +105,7 @@ def test_default_outputs_come_back_binary(served) -> None:  # noqa: ANN001
         (lambda: inputs(np.ones((1, 4), np.float32))[:1], "missing input 's'"),
     ],
 )
-def test_bad_requests_name_the_tensor(served, build, message: str) -> None:  # noqa: ANN001
+def test_bad_requests_name_the_tensor(served, build, message: str) -> None:
     server, registry, _ = served
     c = client(server)
     with pytest.raises(InferenceServerException, match=message):
@@ -123,7 +123,7 @@ def post(server: InferenceServer, body: bytes, headers: dict[str, str], path: st
     return response.status, json.loads(payload) if payload.startswith(b"{") else {}
 
 
-def test_size_mismatch_and_malformed_bodies_are_400(served) -> None:  # noqa: ANN001
+def test_size_mismatch_and_malformed_bodies_are_400(served) -> None:
     server, _, _ = served
     header = json.dumps({"inputs": [
         {"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 12}},
@@ -140,14 +140,14 @@ def test_size_mismatch_and_malformed_bodies_are_400(served) -> None:  # noqa: AN
     assert status == 404 and "'missing' is not published" in body["error"]
 
 
-def test_request_size_cap_is_413_and_server_keeps_serving(served) -> None:  # noqa: ANN001
+def test_request_size_cap_is_413_and_server_keeps_serving(served) -> None:
     server, _, _ = served
     status, body = post(server, bytes(100 * 1024), {"Content-Type": "application/octet-stream"})
     assert status == 413 and "limit is 65536" in body["error"]
     assert client(server).is_server_live()
 
 
-def test_metrics_are_prometheus_text(served) -> None:  # noqa: ANN001
+def test_metrics_are_prometheus_text(served) -> None:
     server, _, _ = served
     client(server).infer("scale", inputs(np.ones((1, 4), np.float32)))
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
@@ -161,7 +161,7 @@ def test_metrics_are_prometheus_text(served) -> None:  # noqa: ANN001
     assert "edge_agent_state_disk_free_bytes " in text and "edge_agent_process_resident_bytes " in text
 
 
-def test_swap_under_load_fails_no_request(served) -> None:  # noqa: ANN001
+def test_swap_under_load_fails_no_request(served) -> None:
     server, registry, tmp_path = served
     paths = [scale_model(tmp_path / f"s{f}.onnx", float(f)) for f in (2, 3)]
     errors: list[BaseException] = []
@@ -173,7 +173,7 @@ def test_swap_under_load_fails_no_request(served) -> None:  # noqa: ANN001
         while not stop.is_set():
             try:
                 seen.add(float(c.infer("scale", inputs(np.ones((1, 4), np.float32))).as_numpy("y")[0, 0]))
-            except BaseException as exc:  # noqa: BLE001  (every failure is a test failure)
+            except BaseException as exc:
                 errors.append(exc)
 
     threads = [threading.Thread(target=hammer) for _ in range(4)]

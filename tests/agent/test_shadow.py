@@ -37,4 +37,4 @@ def test_inputs_are_golden_then_live_then_synthetic_up_to_the_minimum() -> None:
     assert feeds[0] is golden and feeds[1] is live[0]
     assert all(f["x"].shape == (1, 4) and f["x"].dtype == np.float32 for f in feeds)
     again, _ = shadow_inputs(golden, live, SPEC)
-    assert all(np.array_equal(a["x"], b["x"]) for a, b in zip(feeds, again))  # reproducible
+    assert all(np.array_equal(a["x"], b["x"]) for a, b in zip(feeds, again, strict=False))  # reproducible

@@ -10,9 +10,10 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pytest
 import yaml
@@ -36,9 +37,9 @@ class ControllerProcess:
 
     home: EdgectlHome
     log: Path
-    process: Optional[subprocess.Popen[bytes]] = None
+    process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "ControllerProcess":
+    def start(self) -> ControllerProcess:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "edgectl.cli.main", "controller", "run"], env=self.home.env(),
                                             cwd=self.home.path, stdout=out, stderr=subprocess.STDOUT)
@@ -79,7 +80,7 @@ class ControlPlane:
         trusted = TrustedKeys([ring.signing_key("package").public_key()])
         url = self.home.broker_url
 
-        def factory(inbox: "queue.Queue[Any]", hook: Any) -> MqttTransport:
+        def factory(inbox: queue.Queue[Any], hook: Any) -> MqttTransport:
             return MqttTransport(url, f"ctl-{uuid.uuid4().hex[:6]}", inbox=inbox, on_connect=hook)
 
         self.controller = Controller(SqliteStore(self.store_path), factory, ring.signing_key("controller"), trusted, tick_s=0.2)
@@ -155,7 +156,7 @@ class ControlPlane:
     def rollout(self, rollout_id: str) -> dict[str, Any]:
         return json.loads(self.edgectl("rollout", "status", rollout_id, "--json", check=True).stdout)
 
-    def versions(self) -> dict[str, Optional[int]]:
+    def versions(self) -> dict[str, int | None]:
         """The model version each running light agent has active (None: nothing)."""
         return {a.device_id: a.active["version"] if a.active else None for a in list(self.fleet.agents.values())}
 

@@ -10,8 +10,9 @@ import dataclasses
 import queue
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -43,7 +44,7 @@ class Controller:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.ring = Keyring(home.path / "keys")
-        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        self.inbox: queue.Queue[Message] = queue.Queue()
         self.transport = MqttTransport(home.broker_url, f"test-ctl-{uuid.uuid4().hex[:8]}", inbox=self.inbox)
         self.transport.subscribe(topics.device("+", "events"), 1)
         self.server = ArtifactServer(self.transport, gather_s=0.05)
@@ -90,9 +91,9 @@ class Controller:
         self._seq += 1
         return self._seq
 
-    def desired(self, device_id: str, package: Optional[Package], *, manifest: Optional[Envelope] = None,
-                seq: Optional[int] = None, key: Optional[Ed25519PrivateKey] = None, deployment_id: Optional[str] = None,
-                name: Optional[str] = None, version: Optional[int] = None, **options: Any) -> str:
+    def desired(self, device_id: str, package: Package | None, *, manifest: Envelope | None = None,
+                seq: int | None = None, key: Ed25519PrivateKey | None = None, deployment_id: str | None = None,
+                name: str | None = None, version: int | None = None, **options: Any) -> str:
         """Publish a signed (retained) desired state; every part can be overridden to craft attacks."""
         deployment_id = deployment_id or f"d-{uuid.uuid4().hex[:10]}"
         model = None
@@ -117,14 +118,14 @@ class Controller:
 
     def final(self, device_id: str, deployment_id: str, timeout: float = 60) -> DeviceEvent:
         """Wait for the deployment's terminal event (state done) and return it."""
-        def done() -> Optional[DeviceEvent]:
+        def done() -> DeviceEvent | None:
             return next((e for e in list(self.events) if e.device_id == device_id
                          and e.deployment_id == deployment_id and e.state == "done"), None)
         return wait_for(done, timeout, f"{device_id} to finish {deployment_id}")
 
     def rejection(self, device_id: str, since: int, timeout: float = 20) -> DeviceEvent:
         """Wait for a 'rejected' event reported after the first ``since`` events."""
-        def found() -> Optional[DeviceEvent]:
+        def found() -> DeviceEvent | None:
             return next((e for e in list(self.events)[since:] if e.device_id == device_id
                          and e.status in ("rejected", "failed")), None)
         return wait_for(found, timeout, f"{device_id} to reject a message")
@@ -139,7 +140,7 @@ def replace(manifest: Manifest, **changes: Any) -> Manifest:
 class PausableAgent(AgentProcess):
     """An agent started with the hidden ``--pause-in-state`` hook when ``pause_in`` is set."""
 
-    pause_in: Optional[str] = None
+    pause_in: str | None = None
 
     def extra_args(self) -> list[str]:
         return ["--pause-in-state", self.pause_in] if self.pause_in else []

@@ -7,8 +7,8 @@ import os
 import queue
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -43,7 +43,7 @@ class Server:
     """The controller side: an ArtifactServer fed by a pump; ``serving`` False records requests without answering."""
 
     def __init__(self, url: str, **options: float) -> None:
-        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        self.inbox: queue.Queue[Message] = queue.Queue()
         self.transport = MqttTransport(url, f"srv-{uuid.uuid4().hex[:6]}", inbox=self.inbox)
         self.transport.connect()
         self.server = ArtifactServer(self.transport, **options).start()  # type: ignore[arg-type]
@@ -66,7 +66,7 @@ class Device:
     """A device's transport, message loop and ChunkFetcher, fetching in a thread of its own."""
 
     def __init__(self, url: str, device_id: str, request_interval_s: float = 5.0) -> None:
-        self.inbox: "queue.Queue[Message]" = queue.Queue()
+        self.inbox: queue.Queue[Message] = queue.Queue()
         self.transport = MqttTransport(url, f"dev-{device_id}-{uuid.uuid4().hex[:4]}", inbox=self.inbox)
         self.transport.connect()
         self.fetcher = ChunkFetcher(self.transport, device_id, request_interval_s, 60.0)
@@ -119,7 +119,7 @@ def test_a_wave_gets_each_chunk_once_as_soon_as_every_expected_device_asked(
     srv.server.serve(served, expect=ids)
     devices = [make["device"](d) for d in ids]
     downloads = [Download(tmp_path / d, info) for d in ids]
-    threads = [dev.start_fetch(dl) for dev, dl in zip(devices, downloads)]
+    threads = [dev.start_fetch(dl) for dev, dl in zip(devices, downloads, strict=False)]
     for thread in threads:
         thread.join(timeout=60)
     assert not any(dev.error for dev in devices), [dev.error for dev in devices]

@@ -7,8 +7,8 @@ kills it there, then restarts it without the hook.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -57,6 +57,6 @@ def test_kill_in_state(state: str, nan: bool, version: int, outcome: str, after:
     assert final.status == outcome, final.detail
     wait_for(lambda: serves(agent, "m", version), 30, f"v{version} served")
     history = [s for s, _ in controller.history("k-1", deployment)]
-    died_in = GOOD_PATH[:6] + ["rollback"] if nan else GOOD_PATH[:GOOD_PATH.index(state) + 1]
+    died_in = [*GOOD_PATH[:6], "rollback"] if nan else GOOD_PATH[:GOOD_PATH.index(state) + 1]
     assert history[:len(before)] == before == died_in
     assert history[len(before):] == after, history

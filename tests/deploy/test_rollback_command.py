@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from agent.protocol import topics
 from agent.protocol.envelope import COMMAND_TYPE, sign

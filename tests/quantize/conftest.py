@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-
 from tests.quantize.models import save, sensitive_mlp, tiny_cnn
 
 

@@ -13,7 +13,6 @@ from rich.console import Console
 
 from agent.errors import ModelError, UserError
 from quantize import Mode, QuantizeRequest, run_quantize
-
 from tests.quantize.models import save, sensitive_mlp
 
 

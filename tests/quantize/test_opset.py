@@ -9,7 +9,6 @@ from rich.console import Console
 
 from quantize import Mode, QuantizeRequest, run_quantize
 from quantize.opset import default_opset
-
 from tests.quantize.models import save, tiny_cnn
 
 

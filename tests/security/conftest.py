@@ -6,9 +6,10 @@ import os
 import queue
 import ssl
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
@@ -26,8 +27,8 @@ class Identity:
     """Files a client logs in with."""
 
     ca: Path
-    cert: Optional[Path]
-    key: Optional[Path]
+    cert: Path | None
+    key: Path | None
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Fleet:
     root: Path
     port: int
     conf: Path
-    broker: Optional[BrokerProcess] = None
+    broker: BrokerProcess | None = None
 
     def device(self, device_id: str) -> Identity:
         bundle = self.root / "bundles" / device_id
@@ -90,8 +91,8 @@ class Probe:
     connected: threading.Event = field(default_factory=threading.Event)
     answered: threading.Event = field(default_factory=threading.Event)  # CONNACK or connection lost
     connack: Any = None
-    messages: "queue.Queue[mqtt.MQTTMessage]" = field(default_factory=queue.Queue)
-    acks: "queue.Queue[Any]" = field(default_factory=queue.Queue)
+    messages: queue.Queue[mqtt.MQTTMessage] = field(default_factory=queue.Queue)
+    acks: queue.Queue[Any] = field(default_factory=queue.Queue)
 
     def subscribe(self, topic: str) -> list[Any]:
         """Subscribe at QoS 1 and return the broker's SUBACK reason codes."""
@@ -121,10 +122,10 @@ class Probe:
 
 def connect(
     port: int,
-    identity: Optional[Identity],
+    identity: Identity | None,
     client_id: str,
     protocol: int = mqtt.MQTTv5,
-    context: Optional[ssl.SSLContext] = None,
+    context: ssl.SSLContext | None = None,
     timeout: float = 5.0,
 ) -> Probe:
     """Connect a probe; ``identity`` None means plaintext MQTT. Check ``probe.connected`` after."""

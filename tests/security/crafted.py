@@ -11,7 +11,7 @@ import queue
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import paho.mqtt.client as mqtt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -43,7 +43,7 @@ def make_package(home: EdgectlHome, workdir: Path, name: str, version: int, seed
     return read_package(out, trusted, workdir / f"open-{version}")
 
 
-def desired(key: Optional[Ed25519PrivateKey], device_id: str, seq: int, package: Optional[Package] = None,
+def desired(key: Ed25519PrivateKey | None, device_id: str, seq: int, package: Package | None = None,
             expires_in: float = 3600.0, deployment_id: str = "d-test") -> bytes:
     """A desired-state envelope; ``key`` None gives an envelope with no signature at all."""
     now = time.time()
@@ -52,14 +52,14 @@ def desired(key: Optional[Ed25519PrivateKey], device_id: str, seq: int, package:
     return _envelope(DESIRED_TYPE, payload, key)
 
 
-def command(key: Optional[Ed25519PrivateKey], device_id: str, seq: int, name: str = "report",
+def command(key: Ed25519PrivateKey | None, device_id: str, seq: int, name: str = "report",
             expires_in: float = 3600.0) -> bytes:
     now = time.time()
     payload = Command(device_id, seq, now, now + expires_in, name, {}).to_payload()
     return _envelope(COMMAND_TYPE, payload, key)
 
 
-def _envelope(payload_type: str, payload: bytes, key: Optional[Ed25519PrivateKey]) -> bytes:
+def _envelope(payload_type: str, payload: bytes, key: Ed25519PrivateKey | None) -> bytes:
     if key is None:
         return Envelope(payload_type, payload, ()).to_bytes()
     return sign(payload_type, payload, key).to_bytes()
@@ -71,13 +71,13 @@ class Observer:
 
     client: mqtt.Client
     device_id: str
-    inbox: "queue.Queue[mqtt.MQTTMessage]" = field(default_factory=queue.Queue)
+    inbox: queue.Queue[mqtt.MQTTMessage] = field(default_factory=queue.Queue)
     events: list[dict[str, Any]] = field(default_factory=list)
     telemetry: list[dict[str, Any]] = field(default_factory=list)
     others: list[tuple[str, bytes, bool]] = field(default_factory=list)  # (topic, payload, retained)
 
     @classmethod
-    def connect(cls, port: int, device_id: str) -> "Observer":
+    def connect(cls, port: int, device_id: str) -> Observer:
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"observer-{device_id}-{time.monotonic_ns()}")
         observer = cls(client, device_id)
         client.on_message = lambda _c, _u, msg: observer.inbox.put(msg)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import signal
 import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import paho.mqtt.client as mqtt
 import pytest

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -64,7 +64,7 @@ def test_replayed_reordered_expired_and_forged_commands_are_refused(
     observer.wait_rejected(events=len(hostile), counted=len(hostile))
 
     details = [e["detail"] for e in observer.rejected_events()]
-    for detail, (_, reason) in zip(details, hostile):
+    for detail, (_, reason) in zip(details, hostile, strict=False):
         assert re.search(reason, detail), (detail, reason)
     assert _last_seq(agent) == last + 10, "a refused message moved the ledger"
     assert agent.active() == active and agent.model_ready("m") and agent.alive()

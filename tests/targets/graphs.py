@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 import numpy as np
 import onnx
@@ -92,7 +93,7 @@ def tree_ensemble() -> onnx.ModelProto:
                    helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 2])], ml=True)
 
 
-def elementwise(opset: int, name: Optional[str] = None) -> onnx.ModelProto:
+def elementwise(opset: int, name: str | None = None) -> onnx.ModelProto:
     """Add -> Relu -> Softmax at any opset from 9 up."""
     nodes = [helper.make_node("Add", ["x", "x"], ["a"], name=name or "add"),
              helper.make_node("Relu", ["a"], ["r"], name="relu"),

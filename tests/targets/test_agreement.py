@@ -46,7 +46,7 @@ def test_nnapi_matches_onnxruntime_checker(key: str) -> None:
     assert analysis.accelerator_partitions == len(groups)
 
 
-@pytest.mark.parametrize("key", ["conv_chain", "unsupported_in_middle", "tree_ensemble"] + REAL)
+@pytest.mark.parametrize("key", ["conv_chain", "unsupported_in_middle", "tree_ensemble", *REAL])
 def test_openvino_cpu_matches_query_model(key: str) -> None:
     prepared = targets.prepare_model(_model(key))
     core = openvino.Core()

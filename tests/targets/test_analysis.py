@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 import targets
+from agent.errors import ConfigError
 from targets.shapes import fix_input_shapes, parse_static_shapes
 from tests.targets import graphs
-from agent.errors import ConfigError
 
 
 def test_all_supported_is_one_partition_yes() -> None:
