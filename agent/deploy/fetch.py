@@ -40,14 +40,12 @@ class ChunkFetcher:
         self._error: EdgeError | None = None
         self._cancelled = False
         self._progress_at = 0.0  # time.monotonic() of the latest request, or of a chunk the download lacked
-        self.late_chunks = 0
 
     def feed(self, artifact_id: str, index: int, data: bytes) -> None:
         """Called by the message loop for every chunk; late, foreign and duplicate chunks are dropped."""
         with self._cond:
             download = self._download
             if download is None or download.payload.sha256 != artifact_id:
-                self.late_chunks += 1
                 return
             try:
                 rejected = download.rejected

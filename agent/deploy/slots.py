@@ -11,9 +11,6 @@ from agent.durable import atomic_write_json, read_json
 
 __all__ = ["ActiveModel", "Slots"]
 
-SLOTS = ("a", "b")
-
-
 @dataclass(frozen=True)
 class ActiveModel:
     """What a slot holds: the signed manifest bytes and where the model file is."""

@@ -41,15 +41,15 @@ class KeyRotation:
     @classmethod
     def from_payload(cls, raw: bytes) -> KeyRotation:
         f = decode_json(raw, "key-rotation")
-        if f.str("type", 32) != "key-rotation":
+        if f.text("type", 32) != "key-rotation":
             raise ProtocolError("key-rotation: type must be 'key-rotation'")
-        role = f.str("role", 32)
+        role = f.text("role", 32)
         if role not in ROLES:
             raise ProtocolError(f"key-rotation: unknown role {role!r} (roles: {', '.join(ROLES)})")
-        new_keys = tuple(str(k) for k in f.list("new_keys", 8))
+        new_keys = tuple(str(k) for k in f.array("new_keys", 8))
         for pem in new_keys:
             load_public_key(pem)
-        return cls(role, f.int("version", 1), f.float("issued_at"), new_keys, tuple(str(k) for k in f.list("retire", 16)))
+        return cls(role, f.integer("version", 1), f.number("issued_at"), new_keys, tuple(str(k) for k in f.array("retire", 16)))
 
     def sign(self, old_key: object) -> Envelope:
         return sign(KEY_ROTATION_TYPE, self.to_payload(), old_key)  # type: ignore[arg-type]

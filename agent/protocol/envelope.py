@@ -148,10 +148,6 @@ class TrustedKeys:
     def __init__(self, keys: list[Ed25519PublicKey]) -> None:
         self._keys = {key_id(k): k for k in keys}
 
-    @classmethod
-    def from_pems(cls, pems: list[str]) -> TrustedKeys:
-        return cls([load_public_key(p) for p in pems])
-
     def ids(self) -> list[str]:
         return sorted(self._keys)
 

@@ -118,35 +118,35 @@ class Manifest:
 
         f = decode_json(raw, "manifest", max_bytes=4 * 1024 * 1024)
         payload = f.obj("payload")
-        chunk_size = payload.int("chunk_size", 1024, 64 * 1024 * 1024)
-        size = payload.int("size", 1, MAX_PAYLOAD_BYTES)
-        chunks = tuple(_sha(c, "manifest.payload.chunks") for c in payload.list("chunks") if isinstance(c, str))
+        chunk_size = payload.integer("chunk_size", 1024, 64 * 1024 * 1024)
+        size = payload.integer("size", 1, MAX_PAYLOAD_BYTES)
+        chunks = tuple(_sha(c, "manifest.payload.chunks") for c in payload.array("chunks") if isinstance(c, str))
         if len(chunks) != -(-size // chunk_size):
             raise ProtocolError(f"manifest.payload: {len(chunks)} chunk hashes for {size} bytes in chunks of {chunk_size}")
-        files = tuple(_file(Fields(e, "manifest.files[]")) for e in f.list("files", MAX_FILES))
+        files = tuple(_file(Fields(e, "manifest.files[]")) for e in f.array("files", MAX_FILES))
         paths = {e.path for e in files}
-        model = _safe_relpath(f.str("model"), "manifest.model")
-        golden = f.opt_str("golden")
+        model = _safe_relpath(f.text("model"), "manifest.model")
+        golden = f.opt_text("golden")
         for ref in filter(None, (model, golden)):
             if ref not in paths:
                 raise ProtocolError(f"manifest: {ref!r} is not among the listed files")
         target = f.obj("target")
         return cls(
-            name=f.str("name", 128),
-            version=f.int("version", 1),
-            created_at=f.float("created_at"),
-            expires_at=f.float("expires_at"),
-            min_agent_version=f.str("min_agent_version", 32),
+            name=f.text("name", 128),
+            version=f.integer("version", 1),
+            created_at=f.number("created_at"),
+            expires_at=f.number("expires_at"),
+            min_agent_version=f.text("min_agent_version", 32),
             target=TargetInfo(
-                name=target.str("name", 64),
-                execution_providers=tuple(map(str, target.list("execution_providers", 32))),
-                device_classes=tuple(map(str, target.list("device_classes", 64))),
+                name=target.text("name", 64),
+                execution_providers=tuple(map(str, target.array("execution_providers", 32))),
+                device_classes=tuple(map(str, target.array("device_classes", 64))),
             ),
-            payload=PayloadInfo(size, _sha(payload.str("sha256"), "manifest.payload.sha256"), chunk_size, chunks),
+            payload=PayloadInfo(size, _sha(payload.text("sha256"), "manifest.payload.sha256"), chunk_size, chunks),
             files=files,
             model=model,
-            inputs=tuple(_tensor(Fields(t, "manifest.inputs[]")) for t in f.list("inputs", 256)),
-            outputs=tuple(_tensor(Fields(t, "manifest.outputs[]")) for t in f.list("outputs", 256)),
+            inputs=tuple(_tensor(Fields(t, "manifest.inputs[]")) for t in f.array("inputs", 256)),
+            outputs=tuple(_tensor(Fields(t, "manifest.outputs[]")) for t in f.array("outputs", 256)),
             golden=golden,
             health=f.raw_obj("health") if "health" in f.data else {},
             reports=f.raw_obj("reports") if "reports" in f.data else {},
@@ -155,15 +155,15 @@ class Manifest:
 
 def _file(f: Fields) -> FileEntry:
     return FileEntry(
-        path=_safe_relpath(f.str("path", 256), "manifest.files[].path"),
-        size=f.int("size", 0, MAX_PAYLOAD_BYTES),
-        sha256=_sha(f.str("sha256"), "manifest.files[].sha256"),
-        role=f.str("role", 32),
+        path=_safe_relpath(f.text("path", 256), "manifest.files[].path"),
+        size=f.integer("size", 0, MAX_PAYLOAD_BYTES),
+        sha256=_sha(f.text("sha256"), "manifest.files[].sha256"),
+        role=f.text("role", 32),
     )
 
 
 def _tensor(f: Fields) -> TensorSignature:
-    shape = f.list("shape", 16)
+    shape = f.array("shape", 16)
     if not all(isinstance(d, (int, str)) or d is None for d in shape):
         raise ProtocolError(f"{f.what}.shape: dimensions must be integers, names or null")
-    return TensorSignature(f.str("name", 256), f.str("dtype", 32), tuple(shape))
+    return TensorSignature(f.text("name", 256), f.text("dtype", 32), tuple(shape))

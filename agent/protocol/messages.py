@@ -71,16 +71,16 @@ class DesiredState:
         model = None
         if model_f is not None:
             model = DesiredModel(
-                name=model_f.str("name", 128),
-                version=model_f.int("version", 1),
+                name=model_f.text("name", 128),
+                version=model_f.integer("version", 1),
                 manifest=Envelope.from_json(model_f.raw_obj("manifest")),
             )
         return cls(
-            device_id=validate_id(f.str("device_id", 64)),
-            seq=f.int("seq", 1),
-            issued_at=f.float("issued_at"),
-            expires_at=f.float("expires_at"),
-            deployment_id=validate_id(f.str("deployment_id", 64), "deployment id"),
+            device_id=validate_id(f.text("device_id", 64)),
+            seq=f.integer("seq", 1),
+            issued_at=f.number("issued_at"),
+            expires_at=f.number("expires_at"),
+            deployment_id=validate_id(f.text("deployment_id", 64), "deployment id"),
             model=model,
             options=_checked_options(f.raw_obj("options") if "options" in f.data else {}),
         )
@@ -123,14 +123,14 @@ class Command:
     def from_payload(cls, raw: bytes) -> Command:
         f = decode_json(raw, "command")
         _expect_type(f, "command")
-        command = f.str("command", 32)
+        command = f.text("command", 32)
         if command not in COMMANDS:
             raise ProtocolError(f"command: unknown command {command!r} (known: {', '.join(COMMANDS)})")
         return cls(
-            device_id=validate_id(f.str("device_id", 64)),
-            seq=f.int("seq", 1),
-            issued_at=f.float("issued_at"),
-            expires_at=f.float("expires_at"),
+            device_id=validate_id(f.text("device_id", 64)),
+            seq=f.integer("seq", 1),
+            issued_at=f.number("issued_at"),
+            expires_at=f.number("expires_at"),
             command=command,
             args=f.raw_obj("args") if "args" in f.data else {},
         )
@@ -174,12 +174,13 @@ class ChunkRequest:
     @classmethod
     def from_payload(cls, raw: bytes) -> ChunkRequest:
         f = decode_json(raw, "chunk-request")
-        ranges = f.list("ranges", 10_000)
+        ranges = f.array("ranges", 10_000)
         for r in ranges:
-            if not (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in r) and r[0] < r[1]):
+            whole = isinstance(r, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in r)
+            if not (whole and len(r) == 2 and r[0] < r[1]):
                 raise ProtocolError("chunk-request.ranges: each range must be [start, end) with 0 <= start < end")
-        repeat = f.bool("repeat") if f.data.get("repeat") is not None else False
-        return cls(validate_id(f.str("device_id", 64)), validate_id(f.str("artifact_id", 64), "artifact id"), ranges, repeat)
+        repeat = f.boolean("repeat") if f.data.get("repeat") is not None else False
+        return cls(validate_id(f.text("device_id", 64)), validate_id(f.text("artifact_id", 64), "artifact id"), ranges, repeat)
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ class Presence:
     @classmethod
     def from_payload(cls, raw: bytes) -> Presence:
         f = decode_json(raw, "presence")
-        return cls(validate_id(f.str("device_id", 64)), f.bool("online"), f.float("ts"))
+        return cls(validate_id(f.text("device_id", 64)), f.boolean("online"), f.number("ts"))
 
 
 @dataclass(frozen=True)
@@ -221,20 +222,20 @@ class DeviceEvent:
     def from_payload(cls, raw: bytes) -> DeviceEvent:
         f = decode_json(raw, "event")
         return cls(
-            validate_id(f.str("device_id", 64)), f.str("deployment_id", 64), f.str("state", 32),
-            f.str("status", 32), f.str("detail", 4096), f.float("ts"),
+            validate_id(f.text("device_id", 64)), f.text("deployment_id", 64), f.text("state", 32),
+            f.text("status", 32), f.text("detail", 4096), f.number("ts"),
             f.raw_obj("data") if "data" in f.data else {},
         )
 
 
 def _expect_type(f: Fields, kind: str) -> None:
-    if f.str("type", 32) != kind:
+    if f.text("type", 32) != kind:
         raise ProtocolError(f"{f.what}: type must be {kind!r}")
 
 
 def device_json(raw: bytes, what: str) -> dict[str, Any]:
     """Decode a free-form device report (birth, state, telemetry): a schema-1 object with a device id."""
     f = decode_json(raw, what)
-    validate_id(f.str("device_id", 64))
-    f.opt_float("ts")  # readers take max() of timestamps: a string, list or NaN there must not reach them
+    validate_id(f.text("device_id", 64))
+    f.opt_number("ts")  # readers take max() of timestamps: a string, list or NaN there must not reach them
     return f.data

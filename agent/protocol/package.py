@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tarfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
 from agent.errors import PackageError, VerificationError
 from agent.protocol.envelope import Envelope
-from agent.protocol.manifest import Manifest
+from agent.protocol.manifest import FileEntry, Manifest
 
 __all__ = ["ENVELOPE_MEMBER", "PAYLOAD_MEMBER", "extract_payload", "open_package", "sha256_file"]
 
@@ -92,7 +93,7 @@ def extract_payload(payload: Path, manifest: Manifest, dest: Path) -> None:
         raise PackageError(f"payload lacks file(s) listed in the manifest: {', '.join(missing)}")
 
 
-def _check_member(member: tarfile.TarInfo, expected: dict[str, object], seen: set[str]) -> None:
+def _check_member(member: tarfile.TarInfo, expected: Mapping[str, FileEntry], seen: set[str]) -> None:
     name = member.name
     if name.startswith("/") or ".." in name.split("/") or "\\" in name:
         raise PackageError(f"payload member {name!r}: unsafe path")

@@ -28,7 +28,7 @@ def decode_json(raw: bytes, what: str, max_bytes: int = MAX_JSON_BYTES) -> Field
     except RecursionError as exc:  # json recurses per nesting level: '[' * 100000 blows the stack
         raise ProtocolError(f"{what}: JSON nested too deeply") from exc
     fields = Fields(data, what)
-    schema = fields.int("schema")
+    schema = fields.integer("schema")
     if schema != SCHEMA_VERSION:
         raise ProtocolError(f"{what}: unsupported schema version {schema} (this agent speaks {SCHEMA_VERSION})")
     return fields
@@ -39,7 +39,10 @@ def encode_json(data: Mapping[str, Any]) -> bytes:
 
 
 class Fields:
-    """A JSON object whose fields are read with type checks naming ``what.field``."""
+    """A JSON object whose fields are read with type checks naming ``what.field``.
+
+    Readers are named after JSON's types (text, integer, number, boolean, array, obj) so that none
+    shadows a builtin inside the class body."""
 
     def __init__(self, data: Any, what: str) -> None:
         if not isinstance(data, dict):
@@ -60,39 +63,36 @@ class Fields:
             raise ProtocolError(f"{self.what}.{key}: expected {_name(kind)}, got {type(value).__name__}")
         return value
 
-    def str(self, key: str, max_len: int = 1024) -> str:
+    def text(self, key: str, max_len: int = 1024) -> str:
         value: str = self._get(key, str, False)
         if len(value) > max_len:
             raise ProtocolError(f"{self.what}.{key}: longer than {max_len} characters")
         return value
 
-    def opt_str(self, key: str, max_len: int = 1024) -> str | None:
-        return None if self.data.get(key) is None else self.str(key, max_len)
+    def opt_text(self, key: str, max_len: int = 1024) -> str | None:
+        return None if self.data.get(key) is None else self.text(key, max_len)
 
-    def int(self, key: str, minimum: int = 0, maximum: int = 2**63 - 1) -> int:
+    def integer(self, key: str, minimum: int = 0, maximum: int = 2**63 - 1) -> int:
         value: int = self._get(key, int, False)
         if not minimum <= value <= maximum:
             raise ProtocolError(f"{self.what}.{key}: {value} is outside [{minimum}, {maximum}]")
         return value
 
-    def opt_int(self, key: str, minimum: int = 0, maximum: int = 2**63 - 1) -> int | None:
-        return None if self.data.get(key) is None else self.int(key, minimum, maximum)
-
-    def float(self, key: str) -> float:
+    def number(self, key: str) -> float:
         value = self._get(key, (int, float), False)
         # An int too large for a float (10**400) would raise OverflowError in isfinite.
         if (isinstance(value, int) and abs(value) > 2**1023) or not math.isfinite(value):
             raise ProtocolError(f"{self.what}.{key}: not a finite number")
         return float(value)
 
-    def opt_float(self, key: str) -> float | None:
-        return None if self.data.get(key) is None else self.float(key)
+    def opt_number(self, key: str) -> float | None:
+        return None if self.data.get(key) is None else self.number(key)
 
-    def bool(self, key: str) -> bool:
+    def boolean(self, key: str) -> bool:
         value: bool = self._get(key, bool, False)
         return value
 
-    def list(self, key: str, max_len: int = 100_000) -> list[Any]:
+    def array(self, key: str, max_len: int = 100_000) -> list[Any]:
         value: list[Any] = self._get(key, list, False)
         if len(value) > max_len:
             raise ProtocolError(f"{self.what}.{key}: more than {max_len} entries")
@@ -107,12 +107,6 @@ class Fields:
     def raw_obj(self, key: str) -> dict[str, Any]:
         value: dict[str, Any] = self._get(key, dict, False)
         return value
-
-    def str_map(self, key: str) -> dict[str, str]:
-        value = self.raw_obj(key) if key in self.data else {}
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            raise ProtocolError(f"{self.what}.{key}: expected a mapping of strings")
-        return dict(value)
 
 
 def _name(kind: Any) -> str:
