@@ -5,6 +5,9 @@ benchmarking) happens on the consumer's thread, so keepalive is never starved. S
 remembered and renewed on every reconnect. Reconnects back off exponentially with jitter so a
 fleet does not stampede a restarted broker. MQTT 5 is tried first (for Maximum Packet Size and
 message expiry); brokers that only speak 3.1.1, like the embedded one, are used with 3.1.1.
+
+``Transport`` is the contract the agent, the controller and the light agents program against;
+``MqttTransport`` is the real one and ``agent.transport_memory`` an in-memory one for fast tests.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 import paho.mqtt.client as mqtt
@@ -27,7 +30,10 @@ from paho.mqtt.properties import Properties
 
 from agent.errors import BrokerUnavailable, ConfigError
 
-__all__ = ["BrokerAddress", "Message", "MqttTransport", "Will", "check_transport_security"]
+__all__ = [
+    "BrokerAddress", "ConnectHook", "DeviceTransportFactory", "Message", "MqttTransport", "Transport", "TransportFactory", "Will",
+    "check_transport_security",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +89,48 @@ class Will:
     retain: bool = True
 
 
+class Transport(Protocol):
+    """One connection to the fleet's broker, as the agent, the controller and the light agents use it.
+
+    Received messages go to the inbox the transport was built with; the connect hook runs after
+    every (re)connect and may only publish. Subscriptions are remembered across reconnects."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    def connect(self, timeout: float = 10.0) -> None:
+        """Connect or raise ``BrokerUnavailable``; reconnects after that happen on their own."""
+        ...
+
+    def wait_connected(self, timeout: float) -> bool: ...
+
+    def subscribe(self, topic: str, qos: int = 1) -> None: ...
+
+    def unsubscribe(self, topic: str) -> None: ...
+
+    def publish(
+        self, topic: str, payload: bytes, qos: int = 1, retain: bool = False,
+        wait: float | None = None, expiry_s: int | None = None,
+    ) -> bool:
+        """False when not handed over (offline) or, with ``wait``, not acknowledged in time."""
+        ...
+
+    def close(self, final: tuple[str, bytes] | None = None) -> None:
+        """Publish ``final`` (retained) if connected, then disconnect cleanly: the broker drops the will."""
+        ...
+
+    def abort(self) -> None:
+        """Go silent without a DISCONNECT, as a crash or a cut cable would: the broker publishes the will."""
+        ...
+
+
+ConnectHook = Callable[[], None]
+# (inbox, on_connect) -> an unconnected transport: how the controller is given its connection.
+TransportFactory = Callable[[queue.Queue[Message], ConnectHook], Transport]
+# (inbox, on_connect, will) -> an unconnected transport: how a device (the agent) is given its connection.
+DeviceTransportFactory = Callable[[queue.Queue[Message], ConnectHook, Will], Transport]
+
+
 class MqttTransport:
     """One MQTT connection: publish, remembered subscriptions, and an inbox of received messages."""
 
@@ -128,7 +176,7 @@ class MqttTransport:
             CallbackAPIVersion.VERSION2,
             client_id=self._client_id,
             protocol=mqtt.MQTTv5 if version == "5" else mqtt.MQTTv311,
-            **({} if version == "5" else {"clean_session": True}),
+            clean_session=None if version == "5" else True,  # MQTT 5 has clean start instead
         )
         client.max_inflight_messages_set(self._max_inflight)
         client.max_queued_messages_set(0)
@@ -184,6 +232,10 @@ class MqttTransport:
         self._client.disconnect()
         self._client.loop_stop()
 
+    def abort(self) -> None:
+        """Stop the network thread without a DISCONNECT: the socket stays half-open until keepalive, then the will."""
+        self._client.loop_stop()
+
     @property
     def connected(self) -> bool:
         return self._connected.is_set()
@@ -212,7 +264,8 @@ class MqttTransport:
         self._connected.clear()
         self._closed.set()
         # Jitter the next reconnect delay so that a fleet does not reconnect in lockstep.
-        client.reconnect_delay_set(min_delay=random.uniform(0.5, 1.5), max_delay=30)
+        # paho's stub says int; its backoff arithmetic takes a float, which the jitter needs.
+        client.reconnect_delay_set(min_delay=random.uniform(0.5, 1.5), max_delay=30)  # type: ignore[arg-type]
         if was_connected and reason is not None and getattr(reason, "is_failure", False):
             log.warning("disconnected from broker (%s); reconnecting with backoff", reason)
 
@@ -243,7 +296,7 @@ class MqttTransport:
         acknowledged in time; QoS 1 messages queued while offline are not kept (callers retry)."""
         props = None
         if expiry_s is not None and self.mqtt_version == "5":
-            props = Properties(PacketTypes.PUBLISH)
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
             props.MessageExpiryInterval = expiry_s
         info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
         if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
