@@ -22,7 +22,7 @@ from agent.errors import EdgeError
 from agent.protocol import topics
 from agent.protocol.envelope import TrustedKeys
 from agent.protocol.messages import DeviceEvent
-from agent.transport import Message, MqttTransport
+from agent.transport import Message, Transport, TransportFactory
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from edgectl.controller.engine import ACTIVE, Engine
 from edgectl.controller.reports import package_info, shadow_threshold
@@ -61,7 +61,7 @@ def backend_fallback(target: str | None, backend: str) -> bool | None:
 class Controller:
     """The service: call ``run()`` until ``stop()``; ``ingest_lag_s`` and counters for benchmarks."""
 
-    def __init__(self, store: SqliteStore, transport_factory, key: Ed25519PrivateKey, trusted: TrustedKeys,  # type: ignore[no-untyped-def]
+    def __init__(self, store: SqliteStore, transport_factory: TransportFactory, key: Ed25519PrivateKey, trusted: TrustedKeys,
                  tick_s: float = 0.5) -> None:
         self.store = store
         self.key = key
@@ -69,7 +69,8 @@ class Controller:
         self.tick_s = tick_s
         self.inbox: queue.Queue[Message] = queue.Queue()
         self._reconnected = threading.Event()
-        self.transport: MqttTransport = transport_factory(self.inbox, self._reconnected.set)
+        # The seam: MqttTransport in service, agent.transport_memory in fast tests.
+        self.transport: Transport = transport_factory(self.inbox, self._reconnected.set)
         self.server = ArtifactServer(self.transport)
         self.ingest = Ingest(store)
         self.engine = Engine(store, self, backend_fallback)
