@@ -45,7 +45,7 @@ from agent.protocol.schema import encode_json
 from agent.serving import InferenceServer, ModelRegistry
 from agent.telemetry import device_metrics
 from agent.tls import tls_context
-from agent.transport import Message, MqttTransport, Will
+from agent.transport import DeviceTransportFactory, Message, MqttTransport, Transport, Will
 
 __all__ = ["Agent"]
 
@@ -53,7 +53,9 @@ log = logging.getLogger(__name__)
 
 
 class Agent:
-    def __init__(self, config: AgentConfig, pause_in: Callable[[State], None] | None = None) -> None:
+    def __init__(self, config: AgentConfig, pause_in: Callable[[State], None] | None = None,
+                 transport: DeviceTransportFactory | None = None) -> None:
+        """``transport`` builds the connection (default: MQTT to ``config.broker``); tests pass a MemoryBroker's."""
         self.config = config
         self.id = config.device_id
         self.state_dir = config.state_dir
@@ -78,12 +80,8 @@ class Agent:
         self.trust = TrustStore(self.state_dir, [p.read_text() for p in config.trust.packages],
                                 [p.read_text() for p in controller_pems])
         self.package_keys, self.controller_keys = self.trust.keys("package"), self.trust.keys("controller")
-        self.transport = MqttTransport(
-            config.broker, f"edge-agent-{self.id}", inbox=self.inbox,
-            tls_context=tls_context(config.tls.ca, config.tls.cert, config.tls.key) if config.tls.ca else None,
-            will=Will(topics.device(self.id, "presence"), Presence(self.id, False, time.time()).to_payload()),
-            on_connect=self._announce, protocol=config.mqtt_protocol,
-        )
+        will = Will(topics.device(self.id, "presence"), Presence(self.id, False, time.time()).to_payload())
+        self.transport: Transport = (transport or self._mqtt)(self.inbox, self._announce, will)
         self.fetcher = ChunkFetcher(self.transport, self.id, config.deploy.request_interval_s,
                                     config.deploy.download_deadline_s)
         steps = Steps(config.deploy, self.state_dir, self.slots, self.ledger, self.host,
@@ -94,6 +92,14 @@ class Agent:
         self._resumed: Deployment | None = None
         self._pending: queue.Queue[Deployment] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name="deployments", daemon=True)
+
+    def _mqtt(self, inbox: queue.Queue[Message], on_connect: Callable[[], None], will: Will) -> Transport:
+        config = self.config
+        return MqttTransport(
+            config.broker, f"edge-agent-{self.id}", inbox=inbox,
+            tls_context=tls_context(config.tls.ca, config.tls.cert, config.tls.key) if config.tls.ca else None,
+            will=will, on_connect=on_connect, protocol=config.mqtt_protocol,
+        )
 
     # -- lifecycle --------------------------------------------------------------------------------
 

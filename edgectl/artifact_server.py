@@ -25,7 +25,7 @@ from agent.errors import EdgeError
 from agent.protocol import topics
 from agent.protocol.chunks import from_ranges
 from agent.protocol.messages import ChunkRequest
-from agent.transport import MqttTransport
+from agent.transport import Transport
 
 __all__ = ["ArtifactServer", "ServedArtifact"]
 
@@ -43,7 +43,7 @@ class ServedArtifact:
 class ArtifactServer:
     """Answers chunk requests for the artifacts it was given, from a sender thread."""
 
-    def __init__(self, transport: MqttTransport, gather_s: float = 0.2, window: int = 64, resend_guard_s: float = 0.5,
+    def __init__(self, transport: Transport, gather_s: float = 0.2, window: int = 64, resend_guard_s: float = 0.5,
                  expect_timeout_s: float = 3.0) -> None:
         self.transport = transport
         self.gather_s = gather_s  # without expected devices: quiet time after the latest request before a round
@@ -213,7 +213,7 @@ class _AckWindow:
     the last chunk of each window instead would empty the pipe every time, and a pipe that runs dry
     costs a delayed TCP ack (40 ms on Linux) at each stop."""
 
-    def __init__(self, transport: MqttTransport, window: int) -> None:
+    def __init__(self, transport: Transport, window: int) -> None:
         self.transport = transport
         self.step = max(1, window // 2)
         self._count = 0

@@ -36,7 +36,7 @@ from agent.protocol.manifest import Manifest
 from agent.protocol.messages import Command, DesiredState, DeviceEvent, Presence, check_addressed, verify_signed
 from agent.protocol.package import extract_payload
 from agent.protocol.schema import encode_json
-from agent.transport import Message, MqttTransport, Will
+from agent.transport import Message, MqttTransport, Transport, Will
 
 __all__ = ["BASE_LATENCY_MS", "SimAgent", "SimFleet"]
 
@@ -83,7 +83,7 @@ class SimAgent:
     agreement: dict[str, float] = field(default_factory=dict)  # shadow-run agreement, "name@version" or "*" -> fraction
     tags: dict[str, str] = field(default_factory=dict)
     fallback: bool = False
-    transport: MqttTransport | None = None
+    transport: Transport | None = None
     active: dict[str, Any] | None = None
     previous: dict[str, Any] | None = None
     deploying: str | None = None
@@ -140,7 +140,7 @@ class SimFleet:
         agent = self.agents.pop(device_id)
         self._fetchers[device_id].cancel()
         assert agent.transport is not None
-        agent.transport._client.loop_stop()  # no DISCONNECT: the socket stays half-open until keepalive
+        agent.transport.abort()  # no DISCONNECT: the socket stays half-open until keepalive
 
     def stop(self, device_id: str | None = None) -> None:
         for agent in [self.agents.pop(device_id)] if device_id else list(self.agents.values()):

@@ -18,7 +18,7 @@ from agent.deploy.download import Download
 from agent.errors import EdgeError, OperationFailed
 from agent.protocol import topics
 from agent.protocol.messages import ChunkRequest
-from agent.transport import MqttTransport
+from agent.transport import Transport
 
 __all__ = ["ChunkFetcher"]
 
@@ -30,7 +30,7 @@ MAX_RANGES_PER_REQUEST = 512
 class ChunkFetcher:
     """Feeds chunks from the message loop into the current download; the worker waits in fetch()."""
 
-    def __init__(self, transport: MqttTransport, device_id: str, request_interval_s: float, deadline_s: float) -> None:
+    def __init__(self, transport: Transport, device_id: str, request_interval_s: float, deadline_s: float) -> None:
         self.transport = transport
         self.device_id = device_id
         self.request_interval_s = request_interval_s
