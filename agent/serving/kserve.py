@@ -3,12 +3,19 @@
 Requests may carry tensors inline (``"data"``) or as raw bytes after the JSON header, whose length
 the ``Inference-Header-Content-Length`` HTTP header gives; each binary input says its size in
 ``parameters.binary_data_size``. Responses use the same layout when the client asks for binary
-outputs (``parameters.binary_data_output`` or per output ``parameters.binary_data``).
+outputs (``parameters.binary_data_output``, which an output's own ``parameters.binary_data``
+overrides either way).
+
+BYTES elements stay ``bytes`` through the codec, so binary tensors are byte-safe. Runtimes take
+strings: before a model runs, elements are decoded as UTF-8, and an element that is not UTF-8 is
+refused (400) rather than mangled; JSON carries only text, so a non-UTF-8 output element, like a
+NaN or an infinity (JSON has neither), is answered 400 with a hint to ask for binary data.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,10 +27,13 @@ from agent.backends.base import TensorSpec
 from agent.errors import UserError
 
 __all__ = [
+    "MAX_DIM",
     "InferRequest",
     "datatype_of",
     "encode_response",
     "parse_request",
+    "platform_of",
+    "runtime_feeds",
     "tensor_metadata",
 ]
 
@@ -43,6 +53,7 @@ _DATATYPES = {
     "BYTES": "object",
 }
 _NUMPY_TO_DATATYPE = {v: k for k, v in _DATATYPES.items()}
+MAX_DIM = 2**63 - 1
 
 
 @dataclass
@@ -51,14 +62,23 @@ class InferRequest:
 
     feeds: dict[str, np.ndarray]
     outputs: list[str] | None
-    binary_outputs: set[str]
+    binary_choice: dict[str, bool]  # per-output ``binary_data``, where the request says
     binary_default: bool
     request_id: str | None
+
+    def wants_binary(self, name: str) -> bool:
+        """Whether output ``name`` goes back as binary data."""
+        return self.binary_choice.get(name, self.binary_default)
 
 
 def datatype_of(dtype: str) -> str:
     """KServe datatype name of a numpy dtype string (``float32`` -> ``FP32``)."""
     return _NUMPY_TO_DATATYPE.get(dtype, "BYTES")
+
+
+def platform_of(backend: str) -> str:
+    """The protocol's ``<project>_<format>`` platform of a backend (``onnxruntime/CPU...`` -> ``onnxruntime_onnx``)."""
+    return f"{backend.split('/', 1)[0]}_onnx"
 
 
 def tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
@@ -73,11 +93,12 @@ def parse_request(body: bytes, header_length: int | None, inputs: list[TensorSpe
     if header_length is not None and not 0 <= header_length <= len(body):
         raise UserError(f"Inference-Header-Content-Length {header_length} exceeds the body ({len(body)} bytes)")
     try:
-        header = json.loads(header_bytes)
-    except (ValueError, UnicodeDecodeError) as exc:
+        header = json.loads(header_bytes, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise UserError(f"request JSON is malformed: {exc}") from exc
     if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
         raise UserError("request must be a JSON object with an 'inputs' list")
+    _parameters(header, "'parameters'")
     specs = {spec.name: spec for spec in inputs}
     binary = memoryview(body)[len(header_bytes):] if header_length is not None else memoryview(b"")
     feeds: dict[str, np.ndarray] = {}
@@ -91,26 +112,65 @@ def parse_request(body: bytes, header_length: int | None, inputs: list[TensorSpe
     return _request(header, feeds)
 
 
+def _no_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _parameters(obj: dict[str, Any], field: str) -> dict[str, Any]:
+    """``obj["parameters"]`` (absent: empty); anything but an object is a 400 naming the field."""
+    value = obj.get("parameters")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UserError(f"{field} must be an object, got {type(value).__name__}")
+    return value
+
+
 def _request(header: dict[str, Any], feeds: dict[str, np.ndarray]) -> InferRequest:
-    params = header.get("parameters") or {}
+    params = _parameters(header, "'parameters'")
     requested = header.get("outputs")
+    if requested is not None and not isinstance(requested, list):
+        raise UserError("'outputs' must be a list of objects with a 'name'")
     outputs = None
-    binary_outputs: set[str] = set()
-    if isinstance(requested, list):
-        outputs = [str(out.get("name")) for out in requested if isinstance(out, dict)]
-        binary_outputs = {
-            str(out.get("name"))
-            for out in requested
-            if isinstance(out, dict) and (out.get("parameters") or {}).get("binary_data")
-        }
+    choice: dict[str, bool] = {}
+    if requested is not None:
+        outputs = []
+        for i, out in enumerate(requested):
+            if not isinstance(out, dict) or not isinstance(out.get("name"), str):
+                raise UserError(f"'outputs[{i}]' must be an object with a string 'name'")
+            outputs.append(out["name"])
+            binary = _parameters(out, f"'outputs[{i}].parameters'").get("binary_data")
+            if binary is not None:
+                choice[out["name"]] = bool(binary)
     request_id = header.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise UserError(f"'id' must be a string, got {type(request_id).__name__}")
     return InferRequest(
         feeds=feeds,
         outputs=outputs,
-        binary_outputs=binary_outputs,
+        binary_choice=choice,
         binary_default=bool(params.get("binary_data_output", False)),
-        request_id=str(request_id) if request_id is not None else None,
+        request_id=request_id,
     )
+
+
+def runtime_feeds(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The feeds as runtimes take them: BYTES elements decoded as UTF-8 (400 naming one that is not)."""
+    out = dict(feeds)
+    for name, array in feeds.items():
+        if array.dtype == object and any(isinstance(v, bytes) for v in array.reshape(-1)[:1]):
+            flat = array.reshape(-1)
+            texts = np.empty(flat.shape, dtype=object)
+            for i, item in enumerate(flat):
+                try:
+                    texts[i] = item.decode("utf-8") if isinstance(item, bytes) else str(item)
+                except UnicodeDecodeError as exc:
+                    raise UserError(
+                        f"input '{name}' element {i} is not UTF-8 ({exc.reason} at byte {exc.start}): "
+                        "the runtime takes strings as UTF-8"
+                    ) from exc
+            out[name] = texts.reshape(array.shape)
+    return out
 
 
 def _decode_input(
@@ -127,11 +187,14 @@ def _decode_input(
     if tensor.get("datatype") != want:
         raise UserError(f"input '{name}' expects datatype {want}, got {tensor.get('datatype')}")
     shape = tensor.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise UserError(f"input '{name}' needs a 'shape' list of non-negative integers")
-    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    too_big = next((d for d in shape if d > MAX_DIM), None)
+    if too_big is not None:
+        raise UserError(f"input '{name}' shape dimension {too_big} exceeds {MAX_DIM} (int64)")
+    size = _parameters(tensor, f"'parameters' of input '{name}'").get("binary_data_size")
     if size is not None:
-        if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
             raise UserError(f"input '{name}' declares {size} binary bytes; {len(binary) - offset} remain")
         return name, _from_binary(name, want, shape, binary[offset:offset + size]), size
     if "data" not in tensor:
@@ -140,7 +203,7 @@ def _decode_input(
 
 
 def _from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if datatype == "BYTES":
         return _bytes_elements(name, shape, count, raw)
     dtype = np.dtype(_DATATYPES[datatype])
@@ -153,13 +216,15 @@ def _from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) ->
 
 
 def _bytes_elements(name: str, shape: list[int], count: int, raw: memoryview) -> np.ndarray:
-    items: list[str] = []
+    items: list[bytes] = []
     pos = 0
-    while pos < len(raw):
+    while pos < len(raw) and len(items) <= count:
         if pos + 4 > len(raw):
             raise UserError(f"input '{name}': truncated BYTES element length")
         (length,) = struct.unpack_from("<I", raw, pos)
-        items.append(bytes(raw[pos + 4:pos + 4 + length]).decode("utf-8", "replace"))
+        if pos + 4 + length > len(raw):
+            raise UserError(f"input '{name}': BYTES element {len(items)} declares {length} bytes; {len(raw) - pos - 4} remain")
+        items.append(bytes(raw[pos + 4:pos + 4 + length]))
         pos += 4 + length
     if len(items) != count or pos != len(raw):
         raise UserError(f"input '{name}' has {len(items)} BYTES elements; shape {shape} needs {count}")
@@ -167,13 +232,19 @@ def _bytes_elements(name: str, shape: list[int], count: int, raw: memoryview) ->
 
 
 def _from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndarray:
+    if not isinstance(data, list):
+        raise UserError(f"input '{name}': 'data' must be a list")
     try:
         array = np.array(data, dtype=_DATATYPES[datatype])
     except (TypeError, ValueError, OverflowError) as exc:
         raise UserError(f"input '{name}': data is not {datatype}: {exc}") from exc
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if array.size != count:
         raise UserError(f"input '{name}' has {array.size} elements; shape {shape} needs {count}")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise UserError(f"input '{name}': data holds null or a value that is not a finite {datatype} number")
+    if datatype == "BYTES" and not all(isinstance(v, str) for v in array.reshape(-1)):
+        raise UserError(f"input '{name}': BYTES data must be strings")
     return array.reshape(shape)
 
 
@@ -195,17 +266,17 @@ def encode_response(
             "datatype": datatype_of(str(value.dtype) if value.dtype.kind not in "OUS" else "object"),
             "shape": list(value.shape),
         }
-        if request.binary_default or name in request.binary_outputs:
+        if request.wants_binary(name):
             raw = _to_binary(value)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
-            entry["data"] = _to_json(value)
+            entry["data"] = _to_json(name, value)
         entries.append(entry)
     body: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": entries}
     if request.request_id is not None:
         body["id"] = request.request_id
-    header = json.dumps(body, separators=(",", ":")).encode()
+    header = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)
@@ -215,14 +286,24 @@ def _to_binary(value: np.ndarray) -> bytes:
     if value.dtype.kind in "OUS":
         parts = []
         for item in value.reshape(-1):
-            raw = item if isinstance(item, bytes) else str(item).encode()
+            raw = item if isinstance(item, bytes) else str(item).encode("utf-8", "surrogateescape")
             parts.append(struct.pack("<I", len(raw)) + raw)
         return b"".join(parts)
     return np.ascontiguousarray(value).tobytes()
 
 
-def _to_json(value: np.ndarray) -> list[Any]:
+def _to_json(name: str, value: np.ndarray) -> list[Any]:
     flat = value.reshape(-1)
     if value.dtype.kind in "OUS":
-        return [item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item) for item in flat]
+        texts = []
+        for i, item in enumerate(flat):
+            try:
+                texts.append(item.decode("utf-8") if isinstance(item, bytes) else str(item))
+            except UnicodeDecodeError as exc:
+                raise UserError(
+                    f"output '{name}' element {i} is not UTF-8, which JSON cannot carry: ask for binary_data"
+                ) from exc
+        return texts
+    if value.dtype.kind in "fc" and not np.isfinite(flat).all():
+        raise UserError(f"output '{name}' holds NaN or Infinity, which JSON cannot carry: ask for binary_data")
     return flat.tolist()

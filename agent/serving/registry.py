@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -66,7 +67,7 @@ class ModelRegistry:
             info=dict(info or {}),
             inputs=runner.inputs,
             outputs=runner.outputs,
-            placement=runner.placement,
+            placement=_placement_dict(runner.placement),
         )
         with self._lock:
             old = self._models.get(name)
@@ -146,10 +147,8 @@ class ModelRegistry:
     def close(self) -> None:
         """Unpublish everything (runners close as their requests end)."""
         for name in self.names():
-            try:
+            with contextlib.suppress(NotFoundError):  # unpublished concurrently: already retired
                 self.unpublish(name)
-            except NotFoundError:
-                pass  # unpublished concurrently: already retired
 
     def _retire(self, entry: PublishedModel) -> None:
         with self._lock:
@@ -159,6 +158,12 @@ class ModelRegistry:
                 entry.closed = True
         if close:
             _close(entry)
+
+
+def _placement_dict(placement: Any) -> dict[str, Any]:
+    """A runner's placement report as a plain dict (backends report a ``Placement`` or a dict)."""
+    to_dict = getattr(placement, "to_dict", None)
+    return dict(to_dict()) if callable(to_dict) else dict(placement)
 
 
 def _close(entry: PublishedModel) -> None:

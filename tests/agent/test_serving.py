@@ -74,7 +74,8 @@ def test_health_and_metadata(served) -> None:
     assert not c.is_model_ready("scale", "7") and not c.is_model_ready("nope")
     assert "binary_tensor_data" in c.get_server_metadata()["extensions"]
     meta = c.get_model_metadata("scale")
-    assert meta["versions"] == ["1"] and meta["platform"] == "onnxruntime/CPUExecutionProvider"
+    assert meta["versions"] == ["1"] and meta["platform"] == "onnxruntime_onnx"
+    assert meta["parameters"]["backend"] == "onnxruntime/CPUExecutionProvider"
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}, {"name": "s", "datatype": "BYTES", "shape": [2]}]
 
 

@@ -1,0 +1,90 @@
+"""Who may call the inference API: loopback, a bearer token, or a client certificate (mutual TLS).
+
+Off loopback the server refuses to start unless a token or mutual TLS guards it, or the operator
+wrote ``inference.insecure: true``. Health probes (``/v2/health/*``) stay open so that a
+supervisor can probe without the secret; they reveal only liveness and whether a model is loaded.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.errors import ConfigError
+
+__all__ = ["Access", "is_loopback", "read_token", "server_tls_context"]
+
+log = logging.getLogger(__name__)
+
+OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: Path) -> str:
+    """The bearer token in ``path`` (first line); ConfigError naming the key when unusable."""
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"inference.token_file: cannot read {path} ({exc.strerror})") from None
+    if len(token) < 16:
+        raise ConfigError(f"inference.token_file: {path} holds {len(token)} characters; use at least 16 random ones")
+    if path.stat().st_mode & 0o077:
+        log.warning("inference.token_file %s is readable by other users: chmod 600 it", path)
+    return token
+
+
+def server_tls_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
+    """A server context presenting ``cert``; with ``client_ca``, clients must present a certificate it signed."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"inference.tls_cert/tls_key: cannot load {cert} and {key} ({exc})") from None
+    if client_ca is not None:
+        try:
+            context.load_verify_locations(cafile=str(client_ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"inference.client_ca: cannot load {client_ca} ({exc})") from None
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+@dataclass(frozen=True)
+class Access:
+    """The guard every request passes: a bearer token where one is set."""
+
+    token: str | None = None
+
+    def allows(self, path: str, authorization: str | None) -> bool:
+        """Whether a request for ``path`` with this Authorization header may proceed."""
+        if self.token is None or path in OPEN_PATHS:
+            return True
+        scheme, _, given = (authorization or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+    @staticmethod
+    def check_exposure(host: str, token: str | None, tls: ssl.SSLContext | None, insecure: bool) -> None:
+        """Refuse to serve off loopback without a token or mutual TLS, unless ``insecure``."""
+        mutual = tls is not None and tls.verify_mode == ssl.CERT_REQUIRED
+        if is_loopback(host) or token is not None or mutual:
+            return
+        if not insecure:
+            raise ConfigError(
+                f"inference.host {host} is not loopback and nothing authenticates clients: set inference.token_file, "
+                "or inference.tls_cert, tls_key and client_ca (mutual TLS), or inference.insecure: true"
+            )
+        log.warning("inference API on %s without authentication (inference.insecure: true)", host)
