@@ -145,7 +145,7 @@ class MemoryBroker:
                     self._retained.pop(topic, None)
             for client in self._clients.values():
                 if client._wants(topic):
-                    client._deliver(Message(topic, payload, True))
+                    client._deliver(Message(topic, payload, False))
 
     def _send_retained(self, client: MemoryTransport, *filters: str) -> None:
         """Hand ``client`` the retained messages its new ``filters`` match, each once."""
