@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -13,10 +11,11 @@ from typing import Any
 import onnx
 from rich.table import Table
 
+from agent.durable import atomic_write
 from quantize.recipe import CpuFeatures
 from quantize.variants import Variant
 
-__all__ = ["QuantizeReport", "write_atomic"]
+__all__ = ["QuantizeReport"]
 
 
 @dataclass(frozen=True)
@@ -82,25 +81,10 @@ class QuantizeReport:
     def write(self, output: Path, json_path: Path, html_path: Path | None) -> None:
         """Write the model, then the reports, each atomically."""
         assert self.model is not None
-        write_atomic(output, self.model.SerializeToString())
-        write_atomic(json_path, self.to_json().encode())
+        atomic_write(output, self.model.SerializeToString())
+        atomic_write(json_path, self.to_json().encode())
         if html_path is not None:
-            write_atomic(html_path, self.html().encode())
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temp file beside `path`, fsync, rename: readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            atomic_write(html_path, self.html().encode())
 
 
 def _variant(v: Variant, check: Any, latency: dict[str, Any], input_size: int) -> dict[str, Any]:
