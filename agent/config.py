@@ -35,6 +35,21 @@ class InferenceSettings:
     host: str = "127.0.0.1"
     port: int = 8080
     max_request_bytes: int = 64 * 1024 * 1024
+    # Bounds and access of the local API: see agent/serving/server.py and docs/runtime.md.
+    max_inflight_bytes: int = 256 * 1024 * 1024
+    max_response_bytes: int = 64 * 1024 * 1024
+    workers: int = 4
+    max_queue: int = 64
+    max_connections: int = 2048
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    idle_timeout_s: float = 60.0
+    memory_limit_mb: int | None = None  # soft RLIMIT_AS: None = mapped + physical memory, 0 = none
+    token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+    insecure: bool = False  # serve off loopback with neither token nor mutual TLS
 
 
 @dataclass(frozen=True)

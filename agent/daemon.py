@@ -9,7 +9,6 @@ touches the active model.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import queue
 import threading
@@ -23,7 +22,7 @@ from agent.backends import runtime_versions
 from agent.config import AgentConfig
 from agent.deploy.fetch import ChunkFetcher
 from agent.deploy.ledger import Ledger
-from agent.deploy.machine import Deployment, Machine, State
+from agent.deploy.machine import Deployment, Machine, Options, Outcome, State, load_record
 from agent.deploy.slots import Slots
 from agent.deploy.steps import Steps
 from agent.deploy.trust import TrustStore
@@ -32,7 +31,7 @@ from agent.hardware import probe_hardware
 from agent.model_host import ModelHost
 from agent.protocol import topics
 from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, KEY_ROTATION_TYPE, MANIFEST_TYPE, Envelope
-from agent.protocol.manifest import Manifest
+from agent.protocol.manifest import Manifest, manifest_sha256
 from agent.protocol.messages import (
     Command,
     DesiredState,
@@ -66,9 +65,8 @@ class Agent:
         self._seen_reasons: set[str] = set()
         self.hardware = probe_hardware(config.hardware_root)
         self.registry = ModelRegistry()
-        self.server = InferenceServer(
-            self.registry, host=config.inference.host, port=config.inference.port,
-            max_request_bytes=config.inference.max_request_bytes,
+        self.server = InferenceServer.from_settings(
+            self.registry, config.inference,
             device_metrics=lambda: device_metrics(self.state_dir, config.hardware_root),
         )
         self.slots = Slots(self.state_dir)
@@ -152,7 +150,7 @@ class Agent:
             log.error("cannot serve the active model %s v%d: %s", active.name, active.version, exc)
 
     def _resume_deployment(self) -> None:
-        record = Deployment.load(self.state_dir / "deployment.json")
+        record = load_record(self.state_dir / "deployment.json")
         if record is not None and record.state is not State.DONE:
             log.info("resuming deployment %s in state %s", record.deployment_id, record.state.value)
             self._resumed = record
@@ -202,11 +200,11 @@ class Agent:
         if (manifest.name, manifest.version) != (desired.model.name, desired.model.version):
             raise ProtocolError("desired state names a different model than its signed manifest")
         current = self.host.current
-        if current is not None and current.active.manifest_sha256 == hashlib.sha256(manifest_bytes).hexdigest():
+        if current is not None and current.active.manifest_sha256 == manifest_sha256(manifest_bytes):
             self._event(desired.deployment_id, "commit", "ok", f"{manifest.name} v{manifest.version} is already active")
             return
-        deployment = Deployment(desired.deployment_id, manifest_bytes, data={
-            "allow_downgrade": bool(desired.options.get("allow_downgrade")), "shadow_min": desired.shadow_min})
+        options = Options(bool(desired.options.get("allow_downgrade")), desired.shadow_min)
+        deployment = Deployment(desired.deployment_id, manifest_bytes, options=options)
         if self.deployment is not None:
             self.fetcher.cancel()
         self._pending.put(deployment)
@@ -216,15 +214,16 @@ class Agent:
         if envelope.payload_type == KEY_ROTATION_TYPE:
             rotation = self.trust.apply(envelope)
             self.package_keys, self.controller_keys = self.trust.keys("package"), self.trust.keys("controller")
-            self._event("none", "key-rotation", "ok", f"{rotation.role} keys now {', '.join(self.trust.keys(rotation.role).ids())}")
+            now_trusted = ", ".join(self.trust.keys(rotation.role).ids())
+            self._event("none", "key-rotation", "ok", f"{rotation.role} keys now {now_trusted}")
             return
         command = Command.from_payload(self.controller_keys.verify(envelope, COMMAND_TYPE))
         check_addressed(command, self.id, self.ledger.last_seq)
         self.ledger.accept_seq(command.seq)
         if command.command == "rollback":
             self._roll_back_on_command(str(command.args.get("deployment_id") or ""))
-        elif command.command == "remeasure" and self.slots.active() is not None:
-            self.host.load(self.slots.active(), remeasure=True)  # type: ignore[arg-type]
+        elif command.command == "remeasure" and (active := self.slots.active()) is not None:
+            self.host.load(active, remeasure=True)
         self._publish_state()
         self._publish_telemetry()
 
@@ -233,17 +232,18 @@ class Agent:
 
         So a repeated rollback (a controller re-sending after a reconnect) cannot go two models back."""
         if deployment_id and not self._active_from(deployment_id):
-            self._event(deployment_id, "rollback", "ok", f"nothing to roll back: the active model was not installed by {deployment_id}")
+            self._event(deployment_id, "rollback", "ok",
+                        f"nothing to roll back: the active model was not installed by {deployment_id}")
             return
         active = self.slots.roll_back()
         self.host.load(active) if active else self.host.unload()
         self._event(deployment_id or "none", "rollback", "rolled-back", "rolled back on command")
 
     def _active_from(self, deployment_id: str) -> bool:
-        record = Deployment.load(self.state_dir / "deployment.json")
+        record = load_record(self.state_dir / "deployment.json")
         active = self.slots.active()
-        return (record is not None and record.deployment_id == deployment_id and record.outcome == "ok" and active is not None
-                and active.manifest_sha256 == hashlib.sha256(record.manifest_bytes).hexdigest())
+        return (record is not None and record.deployment_id == deployment_id and record.outcome is Outcome.OK
+                and active is not None and active.manifest_sha256 == manifest_sha256(record.manifest_bytes))
 
     # -- deployments ------------------------------------------------------------------------------
 
@@ -268,8 +268,9 @@ class Agent:
             self._publish_state()
 
     def _report(self, deployment: Deployment) -> None:
-        status = deployment.outcome or "failed" if deployment.state is State.DONE else "running"
-        data = {k: v for k, v in deployment.data.items() if k in ("backend", "health_p95_ms", "stage", "shadow")}
+        outcome = deployment.outcome or Outcome.FAILED
+        status = outcome.value if deployment.state is State.DONE else "running"
+        data = deployment.findings.report()
         m = deployment.manifest
         data.update(model=m.name, version=m.version)
         self._event(deployment.deployment_id, deployment.state.value, status, deployment.reason, data)
@@ -292,7 +293,8 @@ class Agent:
             "target": self.config.target, "tags": self.config.tags, "inference_url": self.server.url,
         }
         self.transport.publish(topics.device(self.id, "birth"), encode_json(birth), qos=1, retain=True)
-        self.transport.publish(topics.device(self.id, "presence"), Presence(self.id, True, time.time()).to_payload(), qos=1, retain=True)
+        presence = Presence(self.id, True, time.time()).to_payload()
+        self.transport.publish(topics.device(self.id, "presence"), presence, qos=1, retain=True)
         self._publish_state()
 
     def _publish_state(self) -> None:

@@ -72,6 +72,7 @@ class InferenceServer:
         token: str | None = None,
         tls: ssl.SSLContext | None = None,
         insecure: bool = False,
+        memory_limit_mb: int | None = 0,
     ) -> None:
         Access.check_exposure(host, token, tls, insecure)
         self.registry = registry
@@ -82,6 +83,7 @@ class InferenceServer:
         self.access = Access(token)
         self.budget = ByteBudget(limits.max_inflight_bytes)
         self._tls = tls
+        self._memory_limit_mb = memory_limit_mb  # applied by start(): None = auto, 0 = leave the process alone
         self._pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="inference")
         self._pending = 0
         self._pending_lock = threading.Lock()
@@ -94,7 +96,7 @@ class InferenceServer:
     @classmethod
     def from_settings(cls, registry: ModelRegistry, settings: Any,
                       device_metrics: Callable[[], dict[str, Any]] | None = None) -> InferenceServer:
-        """A server configured from ``AgentConfig.inference``; applies the address-space cap."""
+        """A server configured from ``AgentConfig.inference`` (its start applies the address-space cap)."""
         token = read_token(settings.token_file) if settings.token_file is not None else None
         tls = None
         if (settings.tls_cert is None) != (settings.tls_key is None):
@@ -110,8 +112,7 @@ class InferenceServer:
                           body_timeout_s=settings.body_timeout_s, idle_timeout_s=settings.idle_timeout_s,
                           max_connections=settings.max_connections)
         server = cls(registry, settings.host, settings.port, device_metrics=device_metrics, limits=limits, http=http,
-                     token=token, tls=tls, insecure=settings.insecure)
-        limit_address_space(settings.memory_limit_mb)
+                     token=token, tls=tls, insecure=settings.insecure, memory_limit_mb=settings.memory_limit_mb)
         return server
 
     @property
@@ -127,9 +128,10 @@ class InferenceServer:
         return f"{'https' if self._tls else 'http'}://{host}:{self.port}"
 
     def start(self) -> None:
-        """Serve in a background daemon thread."""
+        """Cap the address space (when asked), then serve in a background daemon thread."""
+        limit_address_space(self._memory_limit_mb)
         self._server = self._loop.run_until_complete(asyncio.start_server(
-            self._connection, sock=self._sock, ssl=self._tls, limit=self.http.max_header_bytes,
+            self._connection, sock=self._sock, ssl=self._tls, limit=self.http.max_header_bytes, backlog=BACKLOG,
             ssl_handshake_timeout=self.http.header_timeout_s if self._tls else None))
         self._thread = threading.Thread(target=self._loop.run_forever, name="inference-http", daemon=True)
         self._thread.start()
@@ -265,6 +267,7 @@ class InferenceServer:
                 entry.runner.check_feeds(feeds)
                 self._check_forecast(entry.inputs, entry.outputs, feeds)
                 results = entry.runner.infer(feeds, check=False)
+                self._check_size(results, decoded.outputs)
                 payload, json_length = encode_response(name, entry.version, results, decoded)
                 ok = True
                 self.registry.remember_inputs(entry, feeds)
@@ -281,6 +284,14 @@ class InferenceServer:
             biggest = max(sizes, key=lambda k: sizes[k])
             raise UserError(f"outputs would be {total} bytes ('{biggest}' alone {sizes[biggest]}); "
                             f"the limit is {self.limits.max_response_bytes} (inference.max_response_bytes)")
+
+
+    def _check_size(self, results: dict[str, Any], asked: list[str] | None) -> None:
+        names = asked if asked is not None else list(results)
+        total = sum(getattr(results.get(n), "nbytes", 0) for n in names)
+        if total > self.limits.max_response_bytes:
+            raise UserError(f"outputs are {total} bytes; the limit is {self.limits.max_response_bytes} "
+                            "(inference.max_response_bytes)")
 
 
 def _guarded(work: Callable[[], Response]) -> Response:
