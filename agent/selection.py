@@ -1,11 +1,13 @@
 """Choose the backend by measuring it: check outputs against a reference, time, pick the fastest.
 
-For each candidate: load it, refuse it if its accelerator took no or few nodes (that is CPU in
-disguise), compare its outputs on the golden inputs with the expected outputs (or, without them,
-with onnxruntime's CPU provider) within a tolerance set by the model's precision, warm it up, then
+For each candidate: skip it when its declaration does not run the model's precision, load it,
+refuse it if its accelerator took no or few nodes (that is CPU in disguise), compare its outputs on
+the golden inputs with the expected outputs (or, without them, with the registry's reference
+device, onnxruntime's CPU provider) by the model's precision (``agent.tensors``), warm it up, then
 time it. Candidates are timed in alternating blocks within one time budget, so that a noisy
-neighbour slows all of them alike. The decision is cached in a JSON file keyed by the model's sha256, the hardware
-fingerprint, the runtime versions and the candidate list; any change re-measures.
+neighbour slows all of them alike. The decision is cached in a JSON file keyed by the model's
+sha256, the hardware fingerprint, the runtime versions and the candidate list; any change
+re-measures.
 """
 
 from __future__ import annotations
@@ -13,28 +15,36 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agent.backends import Candidate, Runner, TensorSpec, candidate_backends, runtime_versions
+from agent.backends import (
+    BackendRegistry,
+    Candidate,
+    Placement,
+    Runner,
+    candidate_backends,
+    reference_candidate,
+    runtime_versions,
+)
+from agent.durable import atomic_write_json
 from agent.errors import EdgeError, ModelError, OperationFailed, VerificationError
 from agent.hardware import Hardware
+from agent.protocol.package import sha256_file
+from agent.tensors import TOLERANCES, compare_outputs, model_precision, synthetic_feeds
 
-__all__ = ["REFERENCE", "TOLERANCE", "Selection", "model_precision", "select_backend"]
+__all__ = ["TOLERANCE", "Figure", "Selection", "Status", "model_precision", "select_backend"]
 
 log = logging.getLogger(__name__)
 
-REFERENCE = Candidate("onnxruntime", "CPUExecutionProvider")
-# Largest allowed max|got - want| / max|want| per model precision; integer outputs (labels) may
-# differ on at most this share of elements, and never for fp32 models.
-TOLERANCE = {"fp32": 1e-3, "fp16": 2e-2, "int8": 6e-2}
-_INT_MISMATCH = {"fp32": 0.0, "fp16": 0.01, "int8": 0.02}
+# Largest allowed max|got - want| / max|want| per model precision (the policy lives in agent.tensors).
+TOLERANCE = {precision: tolerance.relative for precision, tolerance in TOLERANCES.items()}
 _SCHEMA = 1
 WARMUP_RUNS = 3
 MIN_RUNS = 5
@@ -42,7 +52,70 @@ MAX_RUNS = 500
 BLOCK_ROUNDS = 4
 
 
-@dataclass
+class Status(str, Enum):
+    """A candidate's outcome: passed and timed, refused by a check, or unable to load or run."""
+
+    OK = "ok"
+    REJECTED = "rejected"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One candidate's measurement; fields it never reached stay None (and out of ``to_dict``)."""
+
+    backend: str
+    options: Mapping[str, str]
+    status: Status
+    reason: str = ""
+    load_ms: float | None = None
+    placement: Placement | None = None
+    max_rel_error: float | None = None
+    runs: int | None = None
+    median_ms: float | None = None
+    p95_ms: float | None = None
+    chosen: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+
+    @property
+    def candidate(self) -> Candidate:
+        """The candidate this figure measured."""
+        backend, _, device = self.backend.partition("/")
+        return Candidate(backend, device, dict(self.options))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, as cached, reported in telemetry and printed by ``edge-agent probe``."""
+        data: dict[str, Any] = {"backend": self.backend, "options": dict(self.options), "status": self.status.value}
+        if self.reason:
+            data["reason"] = self.reason
+        if self.placement is not None:
+            data["placement"] = self.placement.to_dict()
+        for key in ("load_ms", "max_rel_error", "runs", "median_ms", "p95_ms"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        data["chosen"] = self.chosen
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Figure:
+        """Inverse of ``to_dict``; reads every cache file written since schema 1."""
+
+        def number(key: str, kind: type[float] | type[int]) -> Any:
+            return kind(data[key]) if data.get(key) is not None else None
+
+        placement = data.get("placement")
+        return cls(
+            backend=str(data["backend"]), options={str(k): str(v) for k, v in dict(data.get("options", {})).items()},
+            status=Status(data["status"]), reason=str(data.get("reason", "")), load_ms=number("load_ms", float),
+            placement=Placement.from_dict(placement) if placement else None,
+            max_rel_error=number("max_rel_error", float), runs=number("runs", int),
+            median_ms=number("median_ms", float), p95_ms=number("p95_ms", float), chosen=bool(data.get("chosen", False)),
+        )
+
+
+@dataclass(frozen=True)
 class Selection:
     """The chosen backend for one model on one device, with every candidate's figures.
 
@@ -53,7 +126,7 @@ class Selection:
     model_path: Path
     model_sha256: str
     candidate: Candidate
-    figures: list[dict[str, Any]]
+    figures: tuple[Figure, ...]
     key: str
     precision: str
     cached: bool = False
@@ -80,8 +153,22 @@ class Selection:
             "precision": self.precision,
             "measured_at": self.measured_at,
             "cached": self.cached,
-            "figures": self.figures,
+            "figures": [f.to_dict() for f in self.figures],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], model_path: Path, cached: bool = True) -> Selection:
+        """Inverse of ``to_dict`` (the model path is where the model is now, not where it was)."""
+        return cls(
+            model_path=model_path,
+            model_sha256=str(data["model_sha256"]),
+            candidate=Candidate.from_dict(data["candidate"]),
+            figures=tuple(Figure.from_dict(f) for f in data["figures"]),
+            key=str(data["key"]),
+            precision=str(data.get("precision", "fp32")),
+            cached=cached,
+            measured_at=float(data["measured_at"]),
+        )
 
 
 def select_backend(
@@ -97,58 +184,41 @@ def select_backend(
     candidates: Sequence[Candidate] | None = None,
     precision: str | None = None,
     progress: Callable[[str], None] | None = None,
+    registry: BackendRegistry | None = None,
 ) -> Selection:
     """Measure the candidates for ``model_path`` on this hardware and return the fastest that passes.
 
     ``candidates`` overrides the list derived from hardware and installed runtimes;
-    ``precision`` (fp32, fp16, int8) overrides the one read from the model.
+    ``precision`` (fp32, fp16, int8) overrides the one read from the model; ``registry`` is the
+    backend registry to open candidates from (the process-wide one by default).
     """
     model_path = Path(model_path)
-    sha = _sha256(model_path)
+    sha = sha256_file(model_path)
     if candidates is None:
-        candidates = candidate_backends(hardware, allowed_providers)
+        candidates = candidate_backends(hardware, allowed_providers, registry=registry)
     if not candidates:
         raise VerificationError(
             f"{model_path.name}: no backend on this device matches the allowed providers {list(allowed_providers or [])}"
         )
-    key = _cache_key(sha, hardware, candidates)
+    key = _cache_key(sha, hardware, candidates, registry)
     cache_file = Path(cache_dir) / f"selection-{sha[:16]}.json"
     if not remeasure:
         cached = _load_cached(cache_file, key, model_path)
         if cached is not None:
             return cached
     precision = precision or model_precision(model_path)
-    figures = _measure(model_path, list(candidates), golden, expected, precision, time_budget_s, progress)
-    passing = [f for f in figures if f["status"] == "ok"]
+    figures = _measure(model_path, list(candidates), golden, expected, precision, time_budget_s, progress, registry)
+    passing = [i for i, f in enumerate(figures) if f.status is Status.OK]
     if not passing:
-        reasons = "; ".join(f"{f['backend']}: {f['reason']}" for f in figures)
+        reasons = "; ".join(f"{f.backend}: {f.reason}" for f in figures)
         raise OperationFailed(f"{model_path.name}: no backend passed: {reasons}")
-    best = min(passing, key=lambda f: f["median_ms"])
-    for fig in figures:
-        fig["chosen"] = fig is best
-    chosen = next(c for c in candidates if c.name == best["backend"] and c.options == best["options"])
-    selection = Selection(model_path, sha, chosen, figures, key, precision)
+    best = min(passing, key=lambda i: figures[i].median_ms or 0.0)
+    figures = [replace(f, chosen=i == best) for i, f in enumerate(figures)]
+    chosen = figures[best].candidate
+    selection = Selection(model_path, sha, chosen, tuple(figures), key, precision)
     _save(cache_file, selection)
-    log.info("%s: chose %s (%.3f ms median)", model_path.name, chosen.name, best["median_ms"])
+    log.info("%s: chose %s (%.3f ms median)", model_path.name, chosen.name, figures[best].median_ms)
     return selection
-
-
-def model_precision(model_path: Path) -> str:
-    """``int8`` for quantized graphs, ``fp16`` for half-precision weights, else ``fp32``."""
-    try:
-        import onnx
-    except ImportError:  # a device image without onnx: assume the strictest tolerance
-        return "fp32"
-    try:
-        model = onnx.load(str(model_path), load_external_data=False)
-    except Exception as exc:  # protobuf DecodeError and friends
-        raise ModelError(f"{model_path.name}: not a readable ONNX model: {exc}") from exc
-    quantized = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"}
-    if any(node.op_type in quantized for node in model.graph.node):
-        return "int8"
-    if any(init.data_type == onnx.TensorProto.FLOAT16 for init in model.graph.initializer):
-        return "fp16"
-    return "fp32"
 
 
 def _measure(
@@ -159,20 +229,25 @@ def _measure(
     precision: str,
     budget_s: float,
     progress: Callable[[str], None] | None,
-) -> list[dict[str, Any]]:
+    registry: BackendRegistry | None,
+) -> list[Figure]:
     """Figures for every candidate: load, verify placement and outputs, then time them."""
     feeds, want = _reference(model_path, golden, expected)
-    figures: list[dict[str, Any]] = []
-    active: list[tuple[Runner, dict[str, Any]]] = []
+    figures: list[Figure] = []
+    active: list[tuple[Runner, int]] = []
     try:
         for cand in candidates:
             if progress:
                 progress(f"checking {cand.name}")
-            fig, runner = _qualify(cand, model_path, feeds, want, precision)
+            fig, runner = _qualify(cand, model_path, feeds, want, precision, registry)
             figures.append(fig)
             if runner is not None:
-                active.append((runner, fig))
-        _time_in_blocks(active, feeds, budget_s, progress)
+                active.append((runner, len(figures) - 1))
+        timings = _time_in_blocks([runner for runner, _ in active], feeds, budget_s, progress)
+        for (_, index), times in zip(active, timings, strict=True):
+            ms = np.array(times) * 1000.0
+            figures[index] = replace(figures[index], runs=len(times), median_ms=round(float(np.median(ms)), 4),
+                                     p95_ms=round(float(np.percentile(ms, 95)), 4))
     finally:
         for runner, _ in active:
             runner.close()
@@ -182,11 +257,11 @@ def _measure(
 def _reference(
     model_path: Path, golden: Mapping[str, np.ndarray] | None, expected: Mapping[str, np.ndarray] | None
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Golden feeds (generated when absent) and the outputs every candidate must reproduce."""
+    """Golden feeds (synthetic when absent) and the outputs every candidate must reproduce."""
     if golden is not None and expected is not None:
         return dict(golden), dict(expected)
-    with REFERENCE.open(model_path) as ref:
-        feeds = dict(golden) if golden is not None else _generated_feeds(ref.inputs)
+    with reference_candidate().open(model_path) as ref:
+        feeds = dict(golden) if golden is not None else synthetic_feeds(ref.inputs)
         try:
             return feeds, ref.infer(feeds)
         except EdgeError as exc:
@@ -198,111 +273,63 @@ def _reference(
             ) from exc
 
 
-def _generated_feeds(specs: list[TensorSpec]) -> dict[str, np.ndarray]:
-    """Deterministic inputs: unknown dims are 1, floats in [0, 1), integers in [0, 10)."""
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for spec in specs:
-        shape = [d if isinstance(d, int) and d >= 0 else 1 for d in spec.shape]
-        dtype = np.dtype(spec.dtype)
-        if dtype.kind == "f":
-            feeds[spec.name] = rng.random(shape).astype(dtype)
-        elif dtype.kind in "iu":
-            feeds[spec.name] = rng.integers(0, 10, size=shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            feeds[spec.name] = np.full(shape, "a", dtype=object)
-    return feeds
-
-
 def _qualify(
-    cand: Candidate, model_path: Path, feeds: dict[str, np.ndarray], want: dict[str, Any], precision: str
-) -> tuple[dict[str, Any], Runner | None]:
+    cand: Candidate, model_path: Path, feeds: dict[str, np.ndarray], want: dict[str, Any], precision: str,
+    registry: BackendRegistry | None,
+) -> tuple[Figure, Runner | None]:
     """Load one candidate and check placement and outputs; the runner stays active if it passed."""
-    fig: dict[str, Any] = {"backend": cand.name, "options": dict(cand.options), "status": "failed"}
-    runner = cand.open(model_path)
+    fig = Figure(cand.name, dict(cand.options), Status.FAILED)
+    declared = cand.declaration(registry)
+    if declared is not None and precision not in declared.precisions:
+        why = f"{cand.name} does not run {precision} models (only {', '.join(declared.precisions)})"
+        return replace(fig, status=Status.REJECTED, reason=why), None
+    runner = cand.open(model_path, registry)
     try:
         start = time.perf_counter()
         runner.activate()
-        fig["load_ms"] = round((time.perf_counter() - start) * 1000, 2)
-        fig["placement"] = runner.placement
-        if fig["placement"]["verdict"] in ("none", "fallback"):
-            fig.update(status="rejected", reason=_fallback_reason(fig["placement"]))
+        placement = runner.placement
+        fig = replace(fig, load_ms=round((time.perf_counter() - start) * 1000, 2), placement=placement)
+        if not placement.accelerated:
             runner.close()
-            return fig, None
-        got = runner.infer(feeds)
-        error = _compare(got, want, precision)
-        fig["max_rel_error"] = error[0]
-        if error[1]:
-            fig.update(status="rejected", reason=error[1])
+            return replace(fig, status=Status.REJECTED, reason=_fallback_reason(placement)), None
+        check = compare_outputs(runner.infer(feeds), want, precision)
+        fig = replace(fig, max_rel_error=check.max_rel_error)
+        if check.problem:
             runner.close()
-            return fig, None
-        fig["status"] = "ok"
-        return fig, runner
+            return replace(fig, status=Status.REJECTED, reason=check.problem), None
+        return replace(fig, status=Status.OK), runner
     except Exception as exc:  # a backend that cannot load or run this model is just not a candidate
-        fig["reason"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         runner.close()
-        return fig, None
+        return replace(fig, reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__), None
 
 
-def _fallback_reason(placement: dict[str, Any]) -> str:
-    taken = placement.get("nodes", {}).get(placement["requested"], 0)
-    total = placement.get("total_nodes", "?")
-    return f"{placement['requested']} took {taken}/{total} nodes: it would run on {placement['effective']}"
-
-
-def _compare(got: Mapping[str, Any], want: Mapping[str, Any], precision: str) -> tuple[float, str | None]:
-    """Worst relative error over outputs, and why it fails (None when within tolerance)."""
-    worst = 0.0
-    for name, ref in want.items():
-        if name not in got:
-            return worst, f"output '{name}' is missing"
-        value = got[name]
-        if not isinstance(ref, np.ndarray) or not isinstance(value, np.ndarray):
-            continue  # non-tensor outputs (ONNX-ML maps) only run on onnxruntime: nothing to compare
-        if value.shape != ref.shape:
-            return worst, f"output '{name}' has shape {list(value.shape)}, expected {list(ref.shape)}"
-        if ref.dtype.kind in "iub":
-            share = float(np.mean(value != ref)) if ref.size else 0.0
-            if share > _INT_MISMATCH[precision]:
-                return worst, f"output '{name}' differs on {share:.1%} of elements"
-            continue
-        if ref.dtype.kind != "f":
-            continue
-        scale = float(np.max(np.abs(ref))) if ref.size else 0.0
-        diff = np.abs(value.astype(np.float64) - ref.astype(np.float64))
-        rel = float(np.nanmax(diff)) / max(scale, 1e-6) if ref.size else 0.0
-        worst = max(worst, rel)
-        if rel > TOLERANCE[precision] or np.isnan(value).sum() != np.isnan(ref).sum():
-            return worst, f"output '{name}' is off by {rel:.2e} of its range (tolerance {TOLERANCE[precision]:g} for {precision})"
-    return worst, None
+def _fallback_reason(placement: Placement) -> str:
+    taken = (placement.nodes or {}).get(placement.requested, 0)
+    total = placement.total_nodes if placement.total_nodes is not None else "?"
+    return f"{placement.requested} took {taken}/{total} nodes: it would run on {placement.effective}"
 
 
 def _time_in_blocks(
-    active: list[tuple[Runner, dict[str, Any]]],
-    feeds: dict[str, np.ndarray],
-    budget_s: float,
-    progress: Callable[[str], None] | None,
-) -> None:
-    """Warm up, then time each candidate in alternating blocks until the budget is spent.
+    active: list[Runner], feeds: dict[str, np.ndarray], budget_s: float, progress: Callable[[str], None] | None
+) -> list[list[float]]:
+    """Warm up, then time each runner in alternating blocks until the budget is spent: seconds per run.
 
     Blocks, not single alternating runs: onnxruntime's thread pool keeps spinning for a while
     after a run and would slow whichever backend runs right after it. The first run of each
     block is not counted for the same reason.
     """
+    samples: list[list[float]] = [[] for _ in active]
     if not active:
-        return
-    for runner, _ in active:
+        return samples
+    for runner in active:
         for _ in range(WARMUP_RUNS):
             runner.infer(feeds, check=False)
-    samples: list[list[float]] = [[] for _ in active]
     block_s = budget_s / (len(active) * BLOCK_ROUNDS)
     deadline = time.perf_counter() + budget_s
     if progress:
         progress(f"timing {len(active)} backend(s) for up to {budget_s:g} s")
     while True:
-        for (runner, _), times in zip(active, samples, strict=False):
+        for runner, times in zip(active, samples, strict=True):
             runner.infer(feeds, check=False)
             block_end = time.perf_counter() + block_s
             while len(times) < MAX_RUNS:
@@ -313,26 +340,15 @@ def _time_in_blocks(
                     break
         fewest = min(len(t) for t in samples)
         if fewest >= MAX_RUNS or (fewest >= MIN_RUNS and time.perf_counter() >= deadline):
-            break
-    for (_, fig), times in zip(active, samples, strict=False):
-        ms = np.array(times) * 1000.0
-        fig.update(runs=len(times), median_ms=round(float(np.median(ms)), 4), p95_ms=round(float(np.percentile(ms, 95)), 4))
+            return samples
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _cache_key(sha: str, hardware: Hardware, candidates: Sequence[Candidate]) -> str:
+def _cache_key(sha: str, hardware: Hardware, candidates: Sequence[Candidate], registry: BackendRegistry | None) -> str:
     blob = {
         "schema": _SCHEMA,
         "model_sha256": sha,
         "hardware": hardware.fingerprint(),
-        "runtimes": runtime_versions(),
+        "runtimes": runtime_versions(registry),
         "candidates": [c.to_dict() for c in candidates],
     }
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
@@ -344,26 +360,11 @@ def _load_cached(cache_file: Path, key: str, model_path: Path) -> Selection | No
         data = json.loads(cache_file.read_text())
         if data.get("key") != key:
             return None
-        return Selection(
-            model_path=model_path,
-            model_sha256=str(data["model_sha256"]),
-            candidate=Candidate.from_dict(data["candidate"]),
-            figures=list(data["figures"]),
-            key=key,
-            precision=str(data.get("precision", "fp32")),
-            cached=True,
-            measured_at=float(data["measured_at"]),
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        return Selection.from_dict(data, model_path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def _save(cache_file: Path, selection: Selection) -> None:
-    """Write the decision atomically (temp file, fsync, rename)."""
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_file.with_suffix(f".tmp{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump({**selection.to_dict(), "cached": False}, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, cache_file)
+    """Write the decision atomically (temp file, fsync, rename, fsync directory)."""
+    atomic_write_json(cache_file, {**selection.to_dict(), "cached": False})

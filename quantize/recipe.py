@@ -8,6 +8,7 @@ from pathlib import Path
 
 from onnxruntime.quantization import QuantType
 
+from agent.backends.registry import BackendRegistry, default_registry
 from agent.errors import UserError
 
 __all__ = ["COMPUTE_OPS", "CpuFeatures", "Family", "Mode", "Recipe", "family_of", "recipe_for", "where_it_pays"]
@@ -32,17 +33,9 @@ class Family(str, Enum):
     NNAPI = "nnapi"
     QNN = "qnn"
     OPENVINO = "openvino"
+    COREML = "coreml"
     CPU = "cpu"
 
-
-_EP_FAMILY = {
-    "TensorrtExecutionProvider": Family.TENSORRT,
-    "CUDAExecutionProvider": Family.TENSORRT,
-    "NnapiExecutionProvider": Family.NNAPI,
-    "QNNExecutionProvider": Family.QNN,
-    "OpenVINOExecutionProvider": Family.OPENVINO,
-    "CPUExecutionProvider": Family.CPU,
-}
 
 # Families whose runtime rejects DynamicQuantizeLinear / MatMulInteger, with the reason shown to users.
 _NO_DYNAMIC = {
@@ -50,6 +43,7 @@ _NO_DYNAMIC = {
     Family.NNAPI: "NNAPI has no dynamic-range integer ops; every such node would fall back to CPU",
     Family.QNN: "QNN HTP needs static quantization parameters; dynamic ops fall back to CPU",
     Family.OPENVINO: "OpenVINO devices (NPU/VPU) do not run DynamicQuantizeLinear; use int8 or fp16",
+    Family.COREML: "the CoreML EP has no DynamicQuantizeLinear/MatMulInteger/ConvInteger; use fp16 (or float)",
 }
 
 
@@ -116,11 +110,26 @@ class Recipe:
         }
 
 
-def family_of(providers: list[str]) -> Family:
-    """The family of the first accelerator EP in the profile's ordered list (CPU when none)."""
+def family_of(providers: list[str], registry: BackendRegistry | None = None) -> Family:
+    """The family of the first accelerator EP in the profile's ordered list (CPU when none).
+
+    Each EP's family is what its backend declares in the agent's backend registry; an EP no
+    backend declares, or a family with no recipes here, is a UserError rather than a silent CPU.
+    """
+    registry = registry or default_registry()
     for ep in providers:
-        fam = _EP_FAMILY.get(ep)
-        if fam is not None and fam is not Family.CPU:
+        declared = registry.family_of(ep)
+        if declared is None:
+            raise UserError(
+                f"execution provider {ep!r} is not declared by any agent backend, so its quantized format is "
+                f"unknown (declared: {', '.join(sorted(registry.families()))})"
+            )
+        try:
+            fam = Family(declared)
+        except ValueError:
+            raise UserError(f"execution provider {ep!r} is of quantization family {declared!r}, "
+                            f"which has no recipes (known: {', '.join(f.value for f in Family)})") from None
+        if fam is not Family.CPU:
             return fam
     return Family.CPU
 

@@ -136,20 +136,20 @@ def bench_choice(work: Path, budget: float) -> tuple[list[dict[str, Any]], bool]
     for label, path, golden in real_models() + generated:
         sel = select_backend(path, hardware=hardware, allowed_providers=None, golden=golden, expected=None,
                              cache_dir=work / "cache", time_budget_s=budget, remeasure=True)
-        passing = [f for f in sel.figures if f["status"] == "ok"]
-        runners = [Candidate.from_dict({"backend": f["backend"].split("/")[0], "device": f["backend"].split("/", 1)[1], "options": f["options"]}).open(path) for f in passing]
+        passing = [f for f in sel.figures if f.status == "ok"]
+        runners = [f.candidate.open(path) for f in passing]
         for r in runners:
             r.activate()
             r.infer(golden)
-        again = dict(zip((f["backend"] for f in passing), sequential_medians(runners, golden, budget), strict=False))
+        again = dict(zip((f.backend for f in passing), sequential_medians(runners, golden, budget), strict=False))
         for r in runners:
             r.close()
         fastest = min(again.values())
         ratio = again[sel.backend] / fastest
         passed = ratio <= 1 + PICK_MARGIN
         ok &= passed
-        rows.append({"model": label, "figures": {f["backend"]: f.get("median_ms") for f in sel.figures},
-                     "skipped": {f["backend"]: f.get("reason", "") for f in sel.figures if f["status"] != "ok"},
+        rows.append({"model": label, "figures": {f.backend: f.median_ms for f in sel.figures},
+                     "skipped": {f.backend: f.reason for f in sel.figures if f.status != "ok"},
                      "pick": sel.backend, "recheck_ms": again, "pick_vs_fastest": ratio, "pass": passed})
         print(f"  {label:24s} " + "  ".join(f"{b}={m:.3f}ms" if m else f"{b}=n/a" for b, m in rows[-1]["figures"].items())
               + f"  pick={sel.backend}  recheck pick/fastest={ratio:.3f}  {'PASS' if passed else 'FAIL'}")

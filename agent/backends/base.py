@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import abc
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from types import TracebackType
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 
 from agent.errors import InternalError, UserError
 
-__all__ = ["Dim", "Runner", "TensorSpec"]
+__all__ = ["Dim", "Placement", "Runner", "TensorSpec", "Verdict"]
 
 Dim = int | str | None
 
@@ -48,6 +48,69 @@ class TensorSpec:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
 
 
+class Verdict(str, Enum):
+    """Whether the requested device really runs the model."""
+
+    CPU = "cpu"  # the CPU was asked for and runs it
+    FULL = "full"  # the accelerator took every node
+    PARTIAL = "partial"  # the accelerator took most nodes, the CPU the rest
+    FALLBACK = "fallback"  # the accelerator took too few nodes to count
+    NONE = "none"  # the accelerator took nothing: the CPU runs it all
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a model really runs: backend, requested and effective device, verdict.
+
+    onnxruntime adds the nodes per provider (of the optimized graph) and the accelerated share;
+    OpenVINO the compile config. ``to_dict`` leaves out what a backend does not report.
+    """
+
+    backend: str
+    requested: str
+    effective: str
+    verdict: Verdict
+    nodes: Mapping[str, int] | None = None
+    total_nodes: int | None = None
+    accelerated_fraction: float | None = None
+    config: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "verdict", Verdict(self.verdict))
+
+    @property
+    def accelerated(self) -> bool:
+        """False when a requested accelerator took no or too few nodes (CPU in disguise)."""
+        return self.verdict not in (Verdict.NONE, Verdict.FALLBACK)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, as reported in selection figures and telemetry."""
+        data: dict[str, Any] = {"backend": self.backend, "requested": self.requested, "effective": self.effective,
+                                "verdict": self.verdict.value}
+        if self.nodes is not None:
+            data.update(nodes=dict(self.nodes), total_nodes=self.total_nodes,
+                        accelerated_fraction=self.accelerated_fraction)
+        if self.config is not None:
+            data["config"] = dict(self.config)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Placement:
+        """Inverse of ``to_dict``."""
+        nodes = data.get("nodes")
+        config = data.get("config")
+        total = data.get("total_nodes")
+        fraction = data.get("accelerated_fraction")
+        return cls(
+            backend=str(data["backend"]), requested=str(data["requested"]), effective=str(data["effective"]),
+            verdict=Verdict(data["verdict"]),
+            nodes={str(k): int(v) for k, v in nodes.items()} if nodes is not None else None,
+            total_nodes=int(total) if total is not None else None,
+            accelerated_fraction=float(fraction) if fraction is not None else None,
+            config={str(k): str(v) for k, v in config.items()} if config is not None else None,
+        )
+
+
 class Runner(abc.ABC):
     """A loaded model on one backend: activate, infer, deactivate; use it with ``with``.
 
@@ -58,7 +121,6 @@ class Runner(abc.ABC):
     def __init__(self, name: str) -> None:
         self.name = name
         self.is_active = False
-        self.last_inference_s: float | None = None
         self._state_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -107,7 +169,7 @@ class Runner(abc.ABC):
         return self.outputs_impl()
 
     @property
-    def placement(self) -> dict[str, Any]:
+    def placement(self) -> Placement:
         """Where the model really runs: backend, device, nodes per provider, fallback verdict."""
         self._require_active()
         return self.placement_impl()
@@ -118,10 +180,7 @@ class Runner(abc.ABC):
         self._require_active()
         if check:
             self.check_feeds(feeds)
-        start = time.perf_counter()
-        outputs = self.infer_impl(feeds)
-        self.last_inference_s = time.perf_counter() - start
-        return outputs
+        return self.infer_impl(feeds)
 
     def check_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
         """Raise UserError when a name, dtype or shape does not match the model inputs."""
@@ -156,7 +215,7 @@ class Runner(abc.ABC):
         """Output specs of the active session."""
 
     @abc.abstractmethod
-    def placement_impl(self) -> dict[str, Any]:
+    def placement_impl(self) -> Placement:
         """Placement report of the active session."""
 
     @abc.abstractmethod

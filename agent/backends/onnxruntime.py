@@ -13,15 +13,19 @@ import warnings
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnxruntime as ort
 
-from agent.backends.base import Runner, TensorSpec
+from agent.backends.base import Placement, Runner, TensorSpec, Verdict
+from agent.backends.registry import Backend, Device, HostDevice
 from agent.errors import ModelError
 
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
 __all__ = [
+    "BACKEND",
     "CPU_PROVIDER",
     "MIN_ACCELERATED_FRACTION",
     "OrtRunner",
@@ -31,6 +35,7 @@ __all__ = [
 ]
 
 CPU_PROVIDER = "CPUExecutionProvider"
+OPENVINO_EP = "OpenVINOExecutionProvider"
 # Below this share of the graph's nodes, an accelerator mostly ships tensors back and forth.
 MIN_ACCELERATED_FRACTION = 0.5
 _RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
@@ -54,11 +59,15 @@ _ORT_TO_NUMPY = {
 
 def available_providers() -> list[str]:
     """Execution providers the installed onnxruntime build offers."""
+    import onnxruntime as ort
+
     return list(ort.get_available_providers())
 
 
 def runtime_version() -> str:
     """The installed onnxruntime version."""
+    import onnxruntime as ort
+
     return str(ort.__version__)
 
 
@@ -78,6 +87,8 @@ class OrtSessionLoader:
         self.intra_op_threads = intra_op_threads
 
     def __call__(self) -> ort.InferenceSession:
+        import onnxruntime as ort
+
         options = ort.SessionOptions()
         options.add_session_config_entry(_RECORD_ASSIGNMENT, "1")
         options.intra_op_num_threads = self.intra_op_threads
@@ -105,7 +116,7 @@ class OrtRunner(Runner):
         self._session: ort.InferenceSession | None = None
         self._inputs: list[TensorSpec] = []
         self._outputs: list[TensorSpec] = []
-        self._placement: dict[str, Any] = {}
+        self._placement: Placement | None = None
 
     def activate_impl(self) -> None:
         session = self.loader()
@@ -123,8 +134,9 @@ class OrtRunner(Runner):
     def outputs_impl(self) -> list[TensorSpec]:
         return list(self._outputs)
 
-    def placement_impl(self) -> dict[str, Any]:
-        return dict(self._placement)
+    def placement_impl(self) -> Placement:
+        assert self._placement is not None  # activate() ran: _require_active checked it
+        return self._placement
 
     def infer_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
         assert self._session is not None  # activate() ran: _require_active checked it
@@ -140,7 +152,7 @@ def _spec(arg: Any) -> TensorSpec:
     return TensorSpec(arg.name, dtype, shape)
 
 
-def _placement(session: ort.InferenceSession, requested: str, min_fraction: float) -> dict[str, Any]:
+def _placement(session: ort.InferenceSession, requested: str, min_fraction: float) -> Placement:
     """Nodes per provider and whether the requested provider really took the graph."""
     nodes: Counter[str] = Counter()
     for subgraph in session.get_provider_graph_assignment_info():
@@ -149,19 +161,59 @@ def _placement(session: ort.InferenceSession, requested: str, min_fraction: floa
     taken = nodes.get(requested, 0)
     fraction = taken / total if total else 0.0
     if requested == CPU_PROVIDER:
-        verdict = "cpu"
+        verdict = Verdict.CPU
     elif requested not in session.get_providers() or taken == 0:
-        verdict = "none"
+        verdict = Verdict.NONE
     elif fraction < min_fraction:
-        verdict = "fallback"
+        verdict = Verdict.FALLBACK
     else:
-        verdict = "full" if taken == total else "partial"
-    return {
-        "backend": "onnxruntime",
-        "requested": requested,
-        "effective": requested if verdict in ("cpu", "full", "partial") else CPU_PROVIDER,
-        "verdict": verdict,
-        "nodes": dict(nodes),
-        "total_nodes": total,
-        "accelerated_fraction": round(fraction, 4),
-    }
+        verdict = Verdict.FULL if taken == total else Verdict.PARTIAL
+    return Placement(
+        backend="onnxruntime",
+        requested=requested,
+        effective=requested if verdict in (Verdict.CPU, Verdict.FULL, Verdict.PARTIAL) else CPU_PROVIDER,
+        verdict=verdict,
+        nodes=dict(nodes),
+        total_nodes=total,
+        accelerated_fraction=round(fraction, 4),
+    )
+
+
+def _open(model_path: Path, provider: str, options: Mapping[str, str]) -> Runner:
+    return OrtRunner(OrtSessionLoader(model_path, provider, options))
+
+
+_NVIDIA = (Device("TensorrtExecutionProvider", "tensorrt"), Device("CUDAExecutionProvider", "tensorrt"))
+COREML_EP = "CoreMLExecutionProvider"
+# Both model formats the CoreML EP builds: they take different ops, so each is measured. CoreML
+# computes in fp32 or fp16 and runs no quantized graph.
+_COREML = tuple(
+    Device(COREML_EP, "coreml", {"ModelFormat": fmt, "MLComputeUnits": "ALL"}, ("fp32", "fp16"))
+    for fmt in ("MLProgram", "NeuralNetwork")
+)
+
+BACKEND = Backend(
+    name="onnxruntime",
+    open=_open,
+    offered=available_providers,
+    runtime_version=runtime_version,
+    accelerators={
+        "jetson": _NVIDIA,
+        "nvidia-gpu": _NVIDIA,
+        "nnapi": (Device("NnapiExecutionProvider", "nnapi"),),
+        "qualcomm": (Device("QNNExecutionProvider", "qnn", {"backend_path": "libQnnHtp.so"}),),
+        "intel-npu": (Device(OPENVINO_EP, "openvino", {"device_type": "NPU"}),),
+        "intel-gpu": (Device(OPENVINO_EP, "openvino", {"device_type": "GPU"}),),
+        # The MYRIAD plugin computes in fp16 and has no int8 kernels.
+        "movidius": (Device(OPENVINO_EP, "openvino", {"device_type": "MYRIAD"}, ("fp32", "fp16")),),
+        "apple-silicon": _COREML,
+    },
+    host=(
+        HostDevice(Device(OPENVINO_EP, "openvino", {"device_type": "CPU"}), ("x86_64", "aarch64"), ("linux",)),
+        HostDevice(Device("XnnpackExecutionProvider", "cpu"), ("aarch64", "armv7l")),
+        HostDevice(Device(CPU_PROVIDER, "cpu")),
+    ),
+    reference=CPU_PROVIDER,
+    rank=10,
+    notes={COREML_EP: "CoreML runs on Apple silicon under macOS, in onnxruntime's macOS and iOS builds"},
+)

@@ -9,15 +9,18 @@ from __future__ import annotations
 import queue
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import openvino as ov
 
-from agent.backends.base import Runner, TensorSpec
+from agent.backends.base import Placement, Runner, TensorSpec, Verdict
+from agent.backends.registry import Backend, Device, HostDevice
 from agent.errors import ModelError
 
-__all__ = ["OvModelLoader", "OvRunner", "available_devices", "runtime_version"]
+if TYPE_CHECKING:
+    import openvino as ov
+
+__all__ = ["BACKEND", "OvModelLoader", "OvRunner", "available_devices", "runtime_version"]
 
 # Latency for one request at a time, and f32 on CPU so that a CPU with bf16/AMX does not silently
 # trade accuracy for speed: quantized models carry their own precision.
@@ -32,6 +35,8 @@ def _shared_core() -> ov.Core:
     """One Core per process: creating it loads the plugin registry."""
     global _core
     if _core is None:
+        import openvino as ov
+
         _core = ov.Core()
     return _core
 
@@ -43,6 +48,8 @@ def available_devices() -> list[str]:
 
 def runtime_version() -> str:
     """The installed OpenVINO version."""
+    import openvino as ov
+
     return str(ov.__version__).split("-")[0]
 
 
@@ -101,19 +108,13 @@ class OvRunner(Runner):
     def outputs_impl(self) -> list[TensorSpec]:
         return list(self._outputs)
 
-    def placement_impl(self) -> dict[str, Any]:
+    def placement_impl(self) -> Placement:
         assert self._compiled is not None
         devices = list(self._compiled.get_property("EXECUTION_DEVICES"))
         requested = self.loader.device
         on_device = any(d.split(".")[0] == requested.split(".")[0] for d in devices)
-        verdict = "cpu" if requested == "CPU" else ("full" if on_device else "none")
-        return {
-            "backend": "openvino",
-            "requested": requested,
-            "effective": ",".join(devices),
-            "verdict": verdict,
-            "config": dict(self.loader.config),
-        }
+        verdict = Verdict.CPU if requested == "CPU" else (Verdict.FULL if on_device else Verdict.NONE)
+        return Placement("openvino", requested, ",".join(devices), verdict, config=dict(self.loader.config))
 
     def infer_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
         compiled = self._compiled
@@ -132,6 +133,8 @@ class OvRunner(Runner):
 
 def _spec(port: Any) -> TensorSpec:
     """TensorSpec of a compiled model port; dynamic dims become None."""
+    import openvino as ov
+
     shape = [dim.get_length() if dim.is_static else None for dim in port.get_partial_shape()]
     element = port.get_element_type()
     dtype = "object" if element == ov.Type.string else str(np.dtype(element.to_dtype()))
@@ -146,7 +149,7 @@ def _port_name(port: Any) -> str:
     """
     names = port.get_names()
     node_name = port.get_node().get_friendly_name().removesuffix("/sink_port_0")
-    return node_name if node_name in names else port.get_any_name()
+    return str(node_name if node_name in names else port.get_any_name())
 
 
 def _reason(lines: list[str]) -> str:
@@ -155,3 +158,24 @@ def _reason(lines: list[str]) -> str:
         if "failed for" in line or "Unsupported" in line or "not found" in line:
             return line.strip()
     return lines[-1].strip() if lines else "unknown error"
+
+
+def _open(model_path: Path, device: str, config: Mapping[str, str]) -> Runner:
+    return OvRunner(OvModelLoader(model_path, device, config))
+
+
+BACKEND = Backend(
+    name="openvino",
+    open=_open,
+    offered=available_devices,
+    runtime_version=runtime_version,
+    accelerators={
+        "intel-npu": (Device("NPU", "openvino"),),
+        "intel-gpu": (Device("GPU", "openvino"),),
+        # The MYRIAD plugin computes in fp16 and has no int8 kernels.
+        "movidius": (Device("MYRIAD", "openvino", precisions=("fp32", "fp16")),),
+    },
+    host=(HostDevice(Device("CPU", "openvino"), ("x86_64", "aarch64"), ("linux",)),),
+    provider="OpenVINOExecutionProvider",
+    rank=20,
+)

@@ -1,8 +1,9 @@
 """Stage a model in a child process with memory and time limits, so a crash cannot take the agent down.
 
-The child checks the model (hostile-input rules), loads it with onnxruntime on the CPU, compares
-its I/O signature with the signed manifest and, when the package has golden data, runs the golden
-inputs and compares with the expected outputs. It prints one JSON line: {"ok": bool, "detail": str}.
+The child checks the model (hostile-input rules), loads it on the backend registry's reference
+device (onnxruntime's CPU provider), compares its I/O signature with the signed manifest and, when
+the package has golden data, runs the golden inputs and compares with the expected outputs by the
+model's precision (``agent.tensors``). It prints one JSON line: {"ok": bool, "detail": str}.
 """
 
 from __future__ import annotations
@@ -48,13 +49,12 @@ def _limit_memory(memory_mb: int) -> None:
 
 
 def _check(slot_dir: Path) -> tuple[bool, str]:
-    import numpy as np
-    import onnxruntime as ort
-
-    from agent.deploy.golden import compare_outputs, load_golden
+    from agent.backends import reference_candidate
+    from agent.deploy.golden import load_golden
     from agent.errors import EdgeError
     from agent.modelcheck import load_model_checked
     from agent.protocol.manifest import Manifest
+    from agent.tensors import compare_outputs, model_precision
 
     manifest = Manifest.from_bytes((slot_dir / "manifest.json").read_bytes())
     model_path = slot_dir / manifest.model
@@ -62,18 +62,18 @@ def _check(slot_dir: Path) -> tuple[bool, str]:
         load_model_checked(model_path)
     except EdgeError as exc:
         return False, f"model rejected: {exc}"
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    got_in = [i.name for i in session.get_inputs()]
-    got_out = [o.name for o in session.get_outputs()]
-    want_in = [t.name for t in manifest.inputs]
-    want_out = [t.name for t in manifest.outputs]
-    if got_in != want_in or got_out != want_out:
-        return False, f"I/O signature {got_in}->{got_out} differs from the manifest's {want_in}->{want_out}"
-    if manifest.golden is None:
-        return True, "loaded; I/O signature matches (no golden data in package)"
-    inputs, expected = load_golden(slot_dir / manifest.golden)
-    outputs = dict(zip(got_out, session.run(None, inputs), strict=False))
-    problem = compare_outputs(outputs, expected, np)
+    with reference_candidate().open(model_path) as runner:
+        got_in = [i.name for i in runner.inputs]
+        got_out = [o.name for o in runner.outputs]
+        want_in = [t.name for t in manifest.inputs]
+        want_out = [t.name for t in manifest.outputs]
+        if got_in != want_in or got_out != want_out:
+            return False, f"I/O signature {got_in}->{got_out} differs from the manifest's {want_in}->{want_out}"
+        if manifest.golden is None:
+            return True, "loaded; I/O signature matches (no golden data in package)"
+        inputs, expected = load_golden(slot_dir / manifest.golden)
+        outputs = runner.infer(inputs)
+    problem = compare_outputs(outputs, expected, model_precision(model_path)).problem
     if problem:
         return False, f"golden outputs differ: {problem}"
     return True, f"loaded; I/O signature matches; {len(expected)} golden output(s) match"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.backends import TensorSpec
 from agent.config import DeploySettings
 from agent.deploy.download import Download
 from agent.deploy.ledger import Ledger
@@ -22,6 +21,7 @@ from agent.deploy.stage import stage_in_child
 from agent.errors import EdgeError
 from agent.model_host import ModelHost
 from agent.protocol.package import extract_payload
+from agent.tensors import synthetic_feeds
 
 __all__ = ["Steps", "check_acceptable"]
 
@@ -208,7 +208,7 @@ def _health_runs(host: ModelHost, golden: dict[str, np.ndarray], runs: int) -> l
     loaded = host.current
     assert loaded is not None
     runner = loaded.runner
-    feeds = golden or _synthetic_feeds(runner.inputs)
+    feeds = golden or synthetic_feeds(runner.inputs)
     latencies = []
     for _ in range(max(1, runs)):
         start = time.perf_counter()
@@ -219,13 +219,3 @@ def _health_runs(host: ModelHost, golden: dict[str, np.ndarray], runs: int) -> l
             if arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
                 return None
     return latencies
-
-
-def _synthetic_feeds(specs: list[TensorSpec]) -> dict[str, np.ndarray]:
-    feeds = {}
-    rng = np.random.default_rng(0)
-    for spec in specs:
-        shape = [d if isinstance(d, int) and d > 0 else 1 for d in spec.shape]
-        dtype = np.dtype(spec.dtype) if spec.dtype != "object" else np.dtype("float32")
-        feeds[spec.name] = rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
-    return feeds

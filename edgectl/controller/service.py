@@ -53,8 +53,9 @@ def backend_fallback(target: str | None, backend: str) -> bool | None:
     providers = _profile_providers(target) if target else ()
     if not providers or not backend:
         return None
-    kind, _, device = backend.partition("/")
-    provider = device if kind == "onnxruntime" else "OpenVINOExecutionProvider" if kind == "openvino" else backend
+    from agent.backends import default_registry
+
+    provider = default_registry().provider_of(backend) or backend
     return provider != providers[0]
 
 

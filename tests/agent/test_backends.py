@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from agent.backends import Candidate, Runner
+from agent.backends import Candidate, Placement, Runner
 from agent.backends.onnxruntime import OrtRunner, OrtSessionLoader, available_providers
 from agent.backends.openvino import OvModelLoader, OvRunner
 from agent.errors import InternalError, ModelError, UserError
@@ -74,7 +74,7 @@ def test_specs_and_infer(runner: Runner) -> None:
         y = runner.infer({"x": x})["y"]
         expected = x @ (np.arange(12, dtype=np.float32).reshape(4, 3) / 10) + 1
         np.testing.assert_allclose(y, expected, rtol=1e-5)
-        assert runner.placement["verdict"] == "cpu"
+        assert runner.placement.verdict == "cpu"
     assert not runner.is_active
 
 
@@ -123,7 +123,7 @@ def test_onnx_ml_maps_run_on_onnxruntime_only(tmp_path: Path) -> None:
 def test_unloadable_model_is_a_model_error(tmp_path: Path) -> None:
     path = tmp_path / "broken.onnx"
     path.write_bytes(b"not a model")
-    with pytest.raises(ModelError, match="broken.onnx: onnxruntime/CPUExecutionProvider cannot load it"):
+    with pytest.raises(ModelError, match=r"broken\.onnx: onnxruntime/CPUExecutionProvider cannot load it"):
         OrtRunner(OrtSessionLoader(path)).activate()
 
 
@@ -133,14 +133,16 @@ def test_provider_that_takes_no_nodes_is_reported_as_cpu(tmp_path: Path) -> None
     provider = extra[0] if extra else "CUDAExecutionProvider"  # absent: ORT drops it silently
     with OrtRunner(OrtSessionLoader(affine_model(tmp_path / "m.onnx"), provider)) as runner:
         placement = runner.placement
-    assert placement["requested"] == provider
-    assert placement["verdict"] == "none"
-    assert placement["effective"] == "CPUExecutionProvider"
-    assert placement["nodes"].get(provider, 0) == 0 and placement["total_nodes"] > 0
+    assert placement.requested == provider
+    assert placement.verdict == "none" and not placement.accelerated
+    assert placement.effective == "CPUExecutionProvider"
+    assert placement.nodes is not None and placement.nodes.get(provider, 0) == 0
+    assert placement.total_nodes is not None and placement.total_nodes > 0
+    assert Placement.from_dict(placement.to_dict()) == placement
 
 
 def test_openvino_config_defaults_keep_f32(tmp_path: Path) -> None:
     loader = OvModelLoader(affine_model(tmp_path / "m.onnx"), "CPU", {"NUM_STREAMS": 1})
     assert loader.config == {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": "1"}
     with OvRunner(loader) as runner:
-        assert runner.placement["effective"] == "CPU"
+        assert runner.placement.effective == "CPU"

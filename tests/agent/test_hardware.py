@@ -179,13 +179,13 @@ def test_summary_is_short_and_json_ready(tmp_path: Path) -> None:
 )
 def test_candidate_lists(tmp_path, build, ort, ov, allowed, expected) -> None:
     hw = probe_hardware(build(tmp_path))
-    found = candidate_backends(hw, allowed, ort_providers=ort, openvino_devices=ov)
+    found = candidate_backends(hw, allowed, offered={"onnxruntime": ort, "openvino": ov})
     assert [c.name for c in found] == expected
 
 
 def test_movidius_candidates_carry_device_options(tmp_path: Path) -> None:
     hw = probe_hardware(movidius(tmp_path))
-    found = candidate_backends(hw, ["OpenVINOExecutionProvider"], ort_providers=ALL_ORT, openvino_devices=["MYRIAD"])
+    found = candidate_backends(hw, ["OpenVINOExecutionProvider"], offered={"onnxruntime": ALL_ORT, "openvino": ["MYRIAD"]})
     assert [c.options for c in found if c.backend == "onnxruntime"] == [{"device_type": "MYRIAD"}, {"device_type": "CPU"}]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from agent.backends import Candidate
 from agent.errors import OperationFailed, VerificationError
 from agent.hardware import Hardware, probe_hardware
-from agent.selection import model_precision, select_backend
+from agent.selection import Selection, Status, model_precision, select_backend
 
 MODELS = Path(__file__).resolve().parents[3] / "shared" / "models"
 ORT_CPU = Candidate("onnxruntime", "CPUExecutionProvider")
@@ -53,12 +52,12 @@ def select(path: Path, hardware: Hardware, cache: Path, **kwargs) -> object:
 
 def test_measures_both_cpu_backends_and_picks_the_faster(tmp_path: Path, hardware: Hardware) -> None:
     selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path / "cache")
-    figures = {f["backend"]: f for f in selection.figures}
+    figures = {f.backend: f for f in selection.figures}
     assert set(figures) >= {"onnxruntime/CPUExecutionProvider", "openvino/CPU"}
-    passing = [f for f in selection.figures if f["status"] == "ok"]
-    assert all(f["runs"] >= 5 and f["p95_ms"] >= f["median_ms"] for f in passing)
-    assert selection.backend == min(passing, key=lambda f: f["median_ms"])["backend"]
-    assert [f["backend"] for f in selection.figures if f["chosen"]] == [selection.backend]
+    passing = [f for f in selection.figures if f.status == "ok"]
+    assert all((f.runs or 0) >= 5 and (f.p95_ms or 0) >= (f.median_ms or 0) for f in passing)
+    assert selection.backend == min(passing, key=lambda f: f.median_ms or 0).backend
+    assert [f.backend for f in selection.figures if f.chosen] == [selection.backend]
     with selection.open() as runner:
         assert runner.name == selection.backend
         runner.infer({"x": np.zeros((1, 3, 16, 16), np.float32)})
@@ -68,7 +67,7 @@ def test_decision_is_cached_until_something_changes(tmp_path: Path, hardware: Ha
     model, cache = conv_model(tmp_path / "conv.onnx"), tmp_path / "cache"
     first = select(model, hardware, cache)
     again = select(model, hardware, cache)
-    assert again.cached and again.backend == first.backend and again.figures == json.loads(json.dumps(first.figures))
+    assert again.cached and again.backend == first.backend and again.figures == first.figures
     assert not select(model, hardware, cache, remeasure=True).cached
     assert not select(model, hardware, cache, allowed_providers=["CPUExecutionProvider"]).cached
     (cache / f"selection-{first.model_sha256[:16]}.json").write_text("{not json")
@@ -81,7 +80,7 @@ def test_decision_is_cached_until_something_changes(tmp_path: Path, hardware: Ha
 
 def test_allowed_list_restricts_candidates(tmp_path: Path, hardware: Hardware) -> None:
     selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, allowed_providers=["OpenVINOExecutionProvider"])
-    assert [f["backend"] for f in selection.figures] == ["openvino/CPU"]
+    assert [f.backend for f in selection.figures] == ["openvino/CPU"]
     with pytest.raises(VerificationError, match="no backend on this device matches"):
         select(tmp_path / "conv.onnx", hardware, tmp_path, allowed_providers=["TensorrtExecutionProvider"])
 
@@ -90,7 +89,7 @@ def test_a_provider_that_took_no_nodes_is_never_chosen(tmp_path: Path, hardware:
     dropped = Candidate("onnxruntime", "CUDAExecutionProvider")  # not in this build: ORT falls back
     selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, candidates=[dropped, ORT_CPU])
     figure = selection.figures[0]
-    assert figure["status"] == "rejected" and "CUDAExecutionProvider took 0/" in figure["reason"]
+    assert figure.status == "rejected" and "CUDAExecutionProvider took 0/" in figure.reason
     assert selection.backend == "onnxruntime/CPUExecutionProvider"
 
 
@@ -105,7 +104,7 @@ def test_wrong_outputs_are_rejected(tmp_path: Path, hardware: Hardware) -> None:
 def test_backend_that_cannot_load_is_skipped(tmp_path: Path, hardware: Hardware) -> None:
     broken = Candidate("openvino", "NO_SUCH_DEVICE")
     selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, candidates=[broken, ORT_CPU])
-    assert selection.figures[0]["status"] == "failed" and "NO_SUCH_DEVICE" in selection.figures[0]["reason"]
+    assert selection.figures[0].status == "failed" and "NO_SUCH_DEVICE" in selection.figures[0].reason
     assert selection.backend == ORT_CPU.name
 
 
@@ -123,5 +122,37 @@ def test_real_model_with_reference_io(tmp_path: Path, hardware: Hardware) -> Non
         folder / "mnist-8.onnx", hardware, tmp_path,
         golden={"Input3": ref["input"]}, expected={"Plus214_Output_0": ref["output"]},
     )
-    assert {f["status"] for f in selection.figures} == {"ok"}
+    assert {f.status for f in selection.figures} == {"ok"}
     assert selection.to_dict()["precision"] == "fp32"
+
+
+# A cache file as written before figures and placement were typed records (schema 1).
+SCHEMA_1 = {
+    "schema": 1, "key": "k", "model": "/slots/a/conv.onnx", "model_sha256": "ab" * 32, "backend": "openvino/CPU",
+    "candidate": {"backend": "openvino", "device": "CPU", "options": {}}, "precision": "fp32", "measured_at": 1.5,
+    "cached": False,
+    "figures": [
+        {"backend": "onnxruntime/CPUExecutionProvider", "options": {}, "status": "ok", "load_ms": 3.1,
+         "placement": {"backend": "onnxruntime", "requested": "CPUExecutionProvider", "effective": "CPUExecutionProvider",
+                       "verdict": "cpu", "nodes": {"CPUExecutionProvider": 3}, "total_nodes": 3, "accelerated_fraction": 1.0},
+         "max_rel_error": 0.0, "runs": 40, "median_ms": 0.05, "p95_ms": 0.07, "chosen": False},
+        {"backend": "openvino/CPU", "options": {}, "status": "ok", "load_ms": 20.0,
+         "placement": {"backend": "openvino", "requested": "CPU", "effective": "CPU", "verdict": "cpu",
+                       "config": {"PERFORMANCE_HINT": "LATENCY"}},
+         "max_rel_error": 1e-7, "runs": 40, "median_ms": 0.04, "p95_ms": 0.06, "chosen": True},
+        {"backend": "onnxruntime/CUDAExecutionProvider", "options": {}, "status": "rejected", "load_ms": 2.0,
+         "placement": {"backend": "onnxruntime", "requested": "CUDAExecutionProvider", "effective": "CPUExecutionProvider",
+                       "verdict": "none", "nodes": {"CPUExecutionProvider": 3}, "total_nodes": 3, "accelerated_fraction": 0.0},
+         "reason": "CUDAExecutionProvider took 0/3 nodes: it would run on CPUExecutionProvider", "chosen": False},
+        {"backend": "openvino/NPU", "options": {}, "status": "failed", "reason": "no NPU plugin", "chosen": False},
+    ],
+}
+
+
+def test_cached_schema_1_files_read_back_unchanged() -> None:
+    selection = Selection.from_dict(SCHEMA_1, Path("/slots/a/conv.onnx"), cached=False)
+    assert selection.to_dict() == SCHEMA_1
+    assert [f.status for f in selection.figures] == [Status.OK, Status.OK, Status.REJECTED, Status.FAILED]
+    placement = selection.figures[2].placement
+    assert placement is not None and not placement.accelerated and placement.nodes == {"CPUExecutionProvider": 3}
+    assert selection.figures[1].candidate == selection.candidate

@@ -1,0 +1,170 @@
+"""Tensors the agent makes up and compares: synthetic inputs, and the one output-comparison policy.
+
+Synthetic inputs feed a model that has no golden data: backend selection, the health check and
+shadow runs all draw them here, so a model that passed selection meets the same kind of inputs
+in HEALTH. Values are deterministic per seed: floats in [0, 1) (image-like and safe for log or
+sqrt), integers in [0, 10) (small enough for most index inputs), random booleans, the string
+``"a"``; a dimension that is symbolic or unknown becomes 1.
+
+Outputs are compared by the *model's* precision (fp32, fp16, int8: ``model_precision``): a float
+output may be off by a share of its own range (largest magnitude of the reference), an integer
+output (labels) may differ on a share of its elements. Backend selection, staging's golden check
+and shadow runs use this one policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent.backends.base import TensorSpec
+from agent.errors import ModelError
+
+__all__ = [
+    "TOLERANCES",
+    "OutputCheck",
+    "Tolerance",
+    "agreeing_rows",
+    "compare_outputs",
+    "model_precision",
+    "synthetic_feeds",
+]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far outputs of one model precision may drift."""
+
+    relative: float  # largest |got - want| over the reference's largest magnitude
+    int_mismatch: float  # largest share of differing elements in an integer output
+
+
+TOLERANCES = {
+    "fp32": Tolerance(1e-3, 0.0),
+    "fp16": Tolerance(2e-2, 0.01),
+    "int8": Tolerance(6e-2, 0.02),
+}
+_QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"}
+
+
+def synthetic_feeds(
+    specs: Sequence[TensorSpec], rng: np.random.Generator | int = 0, like: Mapping[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+    """One deterministic input per spec; with ``like`` (golden feeds), its shapes and dtypes instead."""
+    rng = np.random.default_rng(rng) if isinstance(rng, int) else rng
+    if like:
+        template = {name: (tuple(value.shape), value.dtype) for name, value in like.items()}
+    else:
+        template = {spec.name: (_shape(spec), _dtype(spec.dtype)) for spec in specs}
+    return {name: _draw(rng, shape, dtype) for name, (shape, dtype) in template.items()}
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """The worst relative error over float outputs, and why the outputs fail (None: they pass)."""
+
+    max_rel_error: float
+    problem: str | None
+
+
+def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any], precision: str) -> OutputCheck:
+    """Check every expected output against ``got`` within the tolerance of ``precision``."""
+    tolerance = _tolerance(precision)
+    worst = 0.0
+    for name, ref in want.items():
+        if name not in got:
+            return OutputCheck(worst, f"output '{name}' is missing")
+        value = got[name]
+        if not isinstance(ref, np.ndarray) or not isinstance(value, np.ndarray):
+            continue  # non-tensor outputs (ONNX-ML maps) only run on onnxruntime: nothing to compare
+        if value.shape != ref.shape:
+            return OutputCheck(worst, f"output '{name}' has shape {list(value.shape)}, expected {list(ref.shape)}")
+        if ref.dtype.kind in "iub":
+            share = float(np.mean(value != ref)) if ref.size else 0.0
+            if share > tolerance.int_mismatch:
+                return OutputCheck(worst, f"output '{name}' differs on {share:.1%} of elements")
+            continue
+        if ref.dtype.kind != "f":
+            continue
+        rel = _relative_error(value, ref)
+        worst = max(worst, rel)
+        if rel > tolerance.relative or np.isnan(value).sum() != np.isnan(ref).sum():
+            return OutputCheck(worst, f"output '{name}' is off by {rel:.2e} of its range "
+                                      f"(tolerance {tolerance.relative:g} for {precision})")
+    return OutputCheck(worst, None)
+
+
+def agreeing_rows(a: np.ndarray, b: np.ndarray, precision: str) -> np.ndarray:
+    """Per sample (first axis; one sample for scalars), whether two same-shaped outputs agree.
+
+    A classifier-like output (float, last axis > 1) agrees on the same top-1 class; another float
+    output within ``precision``'s share of ``a``'s range; anything else on equal values.
+    """
+    rows = a.shape[0] if a.ndim > 1 else 1
+    a2, b2 = a.reshape(rows, -1), b.reshape(rows, -1)
+    if a.dtype.kind == "f" and a.ndim >= 2 and a.shape[-1] > 1:
+        top = a.reshape(-1, a.shape[-1]).argmax(-1) == b.reshape(-1, b.shape[-1]).argmax(-1)
+        return np.asarray(top.reshape(rows, -1).all(axis=1))
+    if a.dtype.kind in "fc":
+        scale = max(float(np.nanmax(np.abs(a))) if a.size and not np.isnan(a).all() else 0.0, 1e-6)
+        diff = np.abs(a2.astype(np.float64) - b2.astype(np.float64)) if a.dtype.kind == "f" else np.abs(a2 - b2)
+        close = (diff <= _tolerance(precision).relative * scale) | (np.isnan(a2) & np.isnan(b2))
+        return np.asarray(close.all(axis=1))
+    return np.asarray((a2 == b2).all(axis=1))
+
+
+def model_precision(model_path: Path) -> str:
+    """``int8`` for quantized graphs, ``fp16`` for half-precision weights, else ``fp32``."""
+    try:
+        import onnx
+    except ImportError:  # a device image without onnx: assume the strictest tolerance
+        return "fp32"
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError and friends
+        raise ModelError(f"{Path(model_path).name}: not a readable ONNX model: {exc}") from exc
+    if any(node.op_type in _QUANTIZED_OPS for node in model.graph.node):
+        return "int8"
+    if any(init.data_type == onnx.TensorProto.FLOAT16 for init in model.graph.initializer):
+        return "fp16"
+    return "fp32"
+
+
+def _tolerance(precision: str) -> Tolerance:
+    try:
+        return TOLERANCES[precision]
+    except KeyError:
+        raise ModelError(f"unknown model precision {precision!r} (known: {', '.join(TOLERANCES)})") from None
+
+
+def _relative_error(value: np.ndarray, ref: np.ndarray) -> float:
+    if not ref.size:
+        return 0.0
+    scale = float(np.max(np.abs(ref)))
+    diff = np.abs(value.astype(np.float64) - ref.astype(np.float64))
+    return float(np.nanmax(diff)) / max(scale, 1e-6)
+
+
+def _shape(spec: TensorSpec) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) and d >= 0 else 1 for d in spec.shape)
+
+
+def _dtype(name: str) -> np.dtype[Any]:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype("float32")
+
+
+def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    if dtype.kind == "f":
+        return rng.random(shape).astype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    return np.full(shape, "a", dtype=object)
