@@ -7,15 +7,16 @@ import math
 import queue
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from agent.errors import EdgeError
 from agent.protocol import topics
 from agent.protocol.messages import DeviceEvent, Presence, device_json
 from agent.transport import Message, MqttTransport
-from edgectl.controller.store import DeviceRow, SqliteStore
+from edgectl.controller.records import DeviceRow
+from edgectl.controller.store import Store
 
-__all__ = ["DeviceRecord", "Ingest", "collect_devices"]
+__all__ = ["DeviceRecord", "EventReport", "Ingest", "LiveBirth", "Report", "StateReport", "collect_devices"]
 
 # Latency history keeps one telemetry point per device per this many seconds.
 LATENCY_EVERY_S = 5.0
@@ -62,7 +63,8 @@ class DeviceRecord:
         }
 
 
-def collect_devices(transport: MqttTransport, inbox: queue.Queue[Message], settle_s: float = 0.5, max_s: float = 5.0) -> dict[str, DeviceRecord]:
+def collect_devices(transport: MqttTransport, inbox: queue.Queue[Message], settle_s: float = 0.5,
+                    max_s: float = 5.0) -> dict[str, DeviceRecord]:
     """Subscribe to the retained device topics and gather them until the flow settles."""
     for leaf in ("birth", "presence", "state"):
         transport.subscribe(topics.device("+", leaf), 1)
@@ -82,33 +84,60 @@ def collect_devices(transport: MqttTransport, inbox: queue.Queue[Message], settl
     return devices
 
 
+@dataclass(frozen=True)
+class EventReport:
+    """A deployment event, about the device its topic names."""
+
+    device_id: str
+    event: DeviceEvent
+
+
+@dataclass(frozen=True)
+class StateReport:
+    """A device's retained state, for catching up on reports missed while the controller was down."""
+
+    device_id: str
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LiveBirth:
+    """A live (not retained) birth: the device connected just now."""
+
+    device_id: str
+
+
+Report = EventReport | StateReport | LiveBirth
+
+
 class Ingest:
     """Writes what devices publish into the controller's store; returns events for the rollouts."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self._latency_at: dict[str, float] = {}
 
-    def apply(self, message: Message) -> tuple[str, Any] | None:
-        """Store one device message; return ("event", DeviceEvent) or ("state", (id, state)) for rollouts."""
+    def apply(self, message: Message) -> EventReport | StateReport | None:
+        """Store one device message; return what the rollouts must see (events, retained state)."""
         parsed = topics.parse_device_topic(message.topic)
         device_id, leaf, now = parsed.device_id, parsed.leaf, time.time()
         if leaf == "presence":
             presence = Presence.from_payload(message.payload)
-            self.store.upsert_device(device_id, online=int(presence.online), last_seen=max(presence.ts, now if presence.online else 0))
+            last_seen = max(presence.ts, now if presence.online else 0)
+            self.store.upsert_device(device_id, online=int(presence.online), last_seen=last_seen)
         elif leaf == "birth":
             self.store.upsert_device(device_id, birth=device_json(message.payload, leaf), last_seen=now)
         elif leaf == "state":
             state = device_json(message.payload, leaf)
             self.store.upsert_device(device_id, state=state, last_seen=now)
-            return "state", (device_id, state)
+            return StateReport(device_id, state)
         elif leaf == "telemetry":
             self._telemetry(device_id, device_json(message.payload, leaf), now)
         elif leaf == "events":
             event = DeviceEvent.from_payload(message.payload)
             self.store.add_event(device_id, event.ts, event.deployment_id, event.state, event.status, event.detail, event.data)
             self.store.upsert_device(device_id, last_seen=now)
-            return "event", event
+            return EventReport(device_id, event)
         return None
 
     def _telemetry(self, device_id: str, report: dict[str, Any], now: float) -> None:
@@ -124,5 +153,5 @@ class Ingest:
                 self.store.add_latency(device_id, name, int(stats["version"]), float(p95), "telemetry", now)
 
 
-def _finite_number(value: Any) -> bool:
+def _finite_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -13,6 +13,7 @@ shadow run's agreement (the agent's ``agreement`` for that model version, 1.0 un
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -67,10 +68,8 @@ class _Route(queue.Queue):  # type: ignore[type-arg]
 
     def put(self, item: Message, block: bool = True, timeout: float | None = None) -> None:
         if self.fetcher is not None and item.topic.startswith(_CHUNKS):
-            try:
+            with contextlib.suppress(EdgeError):  # the dispatcher drops it
                 self.fetcher.heard(*topics.parse_artifact_chunk(item.topic))
-            except EdgeError:
-                pass  # the dispatcher drops it
         self.shared.put((self.agent, item))
 
 
@@ -105,7 +104,8 @@ class SimAgent:
 class SimFleet:
     """Runs simulated agents against one broker: one dispatcher thread, one telemetry thread."""
 
-    def __init__(self, broker_url: str, package_keys: TrustedKeys, controller_keys: TrustedKeys, telemetry_s: float = 1.0) -> None:
+    def __init__(self, broker_url: str, package_keys: TrustedKeys, controller_keys: TrustedKeys,
+                 telemetry_s: float = 1.0) -> None:
         self.url = broker_url
         self.package_keys = package_keys
         self.controller_keys = controller_keys
@@ -146,7 +146,8 @@ class SimFleet:
         for agent in [self.agents.pop(device_id)] if device_id else list(self.agents.values()):
             self._fetchers[agent.device_id].cancel()
             if agent.transport is not None:
-                agent.transport.close(final=(topics.device(agent.device_id, "presence"), Presence(agent.device_id, False, time.time()).to_payload()))
+                goodbye = Presence(agent.device_id, False, time.time()).to_payload()
+                agent.transport.close(final=(topics.device(agent.device_id, "presence"), goodbye))
         if device_id is None:
             self.agents.clear()
             self.stopping.set()
@@ -172,7 +173,8 @@ class SimFleet:
         self._publish(agent, "state", encode_json(state), retain=True)
         (agent.state_dir / "sim.json").write_text(json.dumps([agent.active, agent.previous]))
 
-    def _event(self, agent: SimAgent, deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any] | None = None) -> None:
+    def _event(self, agent: SimAgent, deployment_id: str, state: str, status: str, detail: str,
+               data: dict[str, Any] | None = None) -> None:
         event = DeviceEvent(agent.device_id, deployment_id, state, status, detail, time.time(), data or {})
         self._publish(agent, "events", event.to_payload())
 
@@ -222,7 +224,8 @@ class SimFleet:
         manifest_bytes = self.package_keys.verify(desired.model.manifest, MANIFEST_TYPE)
         manifest = Manifest.from_bytes(manifest_bytes)
         active = agent.active
-        if active is not None and (active["name"], active["version"], active["artifact_id"]) == (manifest.name, manifest.version, manifest.artifact_id):
+        new = (manifest.name, manifest.version, manifest.artifact_id)
+        if active is not None and (active["name"], active["version"], active["artifact_id"]) == new:
             self._event(agent, desired.deployment_id, "commit", "ok", "already active")
             return
         threading.Thread(target=self._deploy, args=(agent, desired, manifest), daemon=True).start()
@@ -288,5 +291,6 @@ class SimFleet:
         if command.command == "rollback":
             agent.active, agent.previous = agent.previous, None
             agent.requests = 0
-            self._event(agent, str(command.args.get("deployment_id", "none")), "rollback", "rolled-back", "rolled back on command")
+            deployment_id = str(command.args.get("deployment_id", "none"))
+            self._event(agent, deployment_id, "rollback", "rolled-back", "rolled back on command")
         self._publish_state(agent)

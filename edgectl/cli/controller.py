@@ -6,12 +6,12 @@ import signal
 
 import typer
 
-from agent.protocol.envelope import TrustedKeys, load_public_key
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console
 from edgectl.config import load_edgectl_config
 from edgectl.connection import resolve_broker
 from edgectl.controller import SqliteStore
+from edgectl.fleet import package_keys
 from edgectl.keys import Keyring
 
 controller_app = typer.Typer(help="The fleet controller service.", no_args_is_help=True)
@@ -42,11 +42,10 @@ def controller_run(ctx: typer.Context) -> None:
                              tls_context=tls, on_connect=on_connect, protocol=config.mqtt_protocol)
 
     ring = Keyring()
-    trusted = TrustedKeys([load_public_key(ring.public_pem("package", r["key_id"])) for r in ring.list() if r["role"] == "package"])
     store = SqliteStore(config.controller.store_path())
-    service = Controller(store, transport, ring.signing_key("controller"), trusted)
+    service = Controller(store, transport, ring.signing_key("controller"), package_keys(ring))
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
-    console.print(f"controller: store {store.path}, broker {url}")
+    console.print(f"controller: store {store.location()}, broker {url}")
     try:
         service.run()
     except KeyboardInterrupt:

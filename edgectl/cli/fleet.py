@@ -6,60 +6,50 @@ import queue
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
 
 from agent.errors import OperationFailed, UserError
-from agent.protocol.envelope import TrustedKeys, load_public_key
-from agent.protocol.manifest import TargetInfo
 from agent.protocol.topics import validate_id
-from agent.transport import Message
+from agent.transport import Message, MqttTransport
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
+from edgectl.cli.rollout import fleet_deploy
 from edgectl.config import load_edgectl_config
 from edgectl.connection import open_transport
-from edgectl.controller.selector import parse_selector
-from edgectl.controller.store import SqliteStore
 from edgectl.direct_deploy import DeviceProgress, deploy_to_devices
+from edgectl.fleet import FleetRequest, fleet_devices, load_package
 from edgectl.keys import Keyring
-from edgectl.package import BuildOptions, Package, build_package, read_package
-from edgectl.registry import DeviceRecord, collect_devices
+from edgectl.package import Package
 
 STEPS = ("download", "verify", "stage", "activate", "health", "commit")
-
-
-def _package(path: Path, name: str | None, version: int | None, workdir: Path, chunk_size: int) -> Package:
-    """A verified package: given as .edgepkg, or built and signed here from an .onnx model."""
-    ring = Keyring()
-    if path.suffix != ".onnx":
-        trusted = TrustedKeys([load_public_key(ring.public_pem("package", r["key_id"])) for r in ring.list() if r["role"] == "package"])
-        return read_package(path, trusted, workdir)
-    if not name or version is None:
-        raise UserError("deploying a .onnx model needs --name and --version (or build a package with `edgectl build`)")
-    out = workdir / f"{name}-{version}.edgepkg"
-    build_package(path, BuildOptions(name, version, TargetInfo("any"), chunk_size=chunk_size), ring.signing_key("package"), out)
-    return read_package(out, TrustedKeys([ring.signing_key("package").public_key()]), workdir)
 
 
 @app.command()
 def deploy(
     ctx: typer.Context,
-    artifacts: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="MODEL.onnx (built and signed here) or PKG.edgepkg; with --fleet, one package per target."),
-    device: list[str] = typer.Option([], "--device", "-d", help="Device id to deploy to directly, in the foreground (repeatable)."),
-    fleet: str | None = typer.Option(None, "--fleet", help="Selector (group=lobby,target=jetson-orin or all): hand a staged rollout to the controller."),
+    artifacts: list[Path] = typer.Argument(
+        ..., exists=True, dir_okay=False,
+        help="MODEL.onnx (built and signed here) or PKG.edgepkg; with --fleet, one package per target."),
+    device: list[str] = typer.Option(
+        [], "--device", "-d", help="Device id to deploy to directly, in the foreground (repeatable)."),
+    fleet: str | None = typer.Option(
+        None, "--fleet", help="Selector (group=lobby,target=jetson-orin or all): hand a staged rollout to the controller."),
     waves: str = typer.Option("1,10%,50%,100%", "--waves", help="Cumulative wave sizes: counts or percentages."),
     max_failure: str = typer.Option("5%", "--max-failure", help="Install failure rate that halts a wave."),
     bake: str = typer.Option("10m", "--bake", help="Time a wave must run with all gates holding before the next starts."),
-    gate: list[str] = typer.Option([], "--gate", help="Gate expression, e.g. 'p95_latency <= 1.2x' (repeatable; see docs/fleet.md)."),
-    shadow: bool = typer.Option(False, "--shadow", help="Ask canaries for a shadow run and its agreement (gate: agreement >= 0.99)."),
+    gate: list[str] = typer.Option(
+        [], "--gate", help="Gate expression, e.g. 'p95_latency <= 1.2x' (repeatable; see docs/fleet.md)."),
+    shadow: bool = typer.Option(
+        False, "--shadow", help="Ask canaries for a shadow run and its agreement (gate: agreement >= 0.99)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (waves, variants, bytes, duration); send nothing."),
     wait: bool = typer.Option(False, "--wait", help="Follow the rollout until it ends (exit 5 unless done)."),
     name: str | None = typer.Option(None, "--name", help="Model name (for a .onnx model)."),
     version: int | None = typer.Option(None, "--version", min=1, help="Model version (for a .onnx model)."),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for every device (default from config: 600)."),
-    allow_downgrade: bool = typer.Option(False, "--allow-downgrade", help="Let devices install a lower version than they committed."),
+    allow_downgrade: bool = typer.Option(
+        False, "--allow-downgrade", help="Let devices install a lower version than they committed."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
     """Deploy a model: directly to --device IDs, or as a staged rollout to a --fleet selector.
@@ -69,9 +59,8 @@ def deploy(
     if bool(device) == bool(fleet):
         raise UserError("give either --device ID... (direct) or --fleet SELECTOR (staged rollout)")
     if fleet is not None:
-        from edgectl.cli.rollout import fleet_deploy
-
-        fleet_deploy(ctx, artifacts, fleet, waves, max_failure, bake, gate, shadow, dry_run, wait, allow_downgrade, as_json)
+        request = FleetRequest(artifacts, fleet, waves, max_failure, bake, gate, shadow, allow_downgrade, dry_run)
+        fleet_deploy(ctx, request, wait, as_json)
         return
     if len(artifacts) != 1:
         raise UserError("--device deploys one package; give several only with --fleet")
@@ -82,10 +71,11 @@ def deploy(
     config = load_edgectl_config(opts.config)
     inbox: queue.Queue[Message] = queue.Queue()
     with tempfile.TemporaryDirectory(prefix="edgectl-deploy-") as tmp:
-        package = _package(artifact, name, version, Path(tmp), config.deploy.chunk_size)
+        package = load_package(artifact, name, version, Path(tmp), config.deploy.chunk_size)
         m = package.manifest
         if not as_json:
-            console.print(f"deploying {m.name} v{m.version} ({m.payload.size} bytes, {len(m.payload.chunks)} chunks) to {', '.join(device)}")
+            console.print(f"deploying {m.name} v{m.version} ({m.payload.size} bytes, {len(m.payload.chunks)} chunks) "
+                          f"to {', '.join(device)}")
         transport = open_transport(opts.broker, config, inbox)
         try:
             deployment_id, results = _run_with_progress(transport, inbox, package, device, timeout or config.deploy.timeout_s,
@@ -99,12 +89,13 @@ def deploy(
     else:
         print_table(f"deployment {deployment_id}", ["DEVICE", "STATUS", "STATE", "BACKEND", "DETAIL"],
                     [(r["device_id"], r["status"], r["state"], r["backend"], r["detail"]) for r in rows])
-    failed = [r["device_id"] for r in rows if r["status"] != "ok"]
+    failed = [p.device_id for p in results.values() if p.status != "ok"]
     if failed:
         raise OperationFailed(f"{len(failed)} of {len(rows)} device(s) did not commit: {', '.join(failed)}")
 
 
-def _run_with_progress(transport, inbox, package, devices, timeout, allow_downgrade, show):  # type: ignore[no-untyped-def]
+def _run_with_progress(transport: MqttTransport, inbox: queue.Queue[Message], package: Package, devices: list[str],
+                       timeout: float, allow_downgrade: bool, show: bool) -> tuple[str, dict[str, DeviceProgress]]:
     key = Keyring().signing_key("controller")
     if not show:
         return deploy_to_devices(transport, inbox, package, devices, key, timeout, allow_downgrade=allow_downgrade)
@@ -119,38 +110,17 @@ def _run_with_progress(transport, inbox, package, devices, timeout, allow_downgr
         return deploy_to_devices(transport, inbox, package, devices, key, timeout, update, allow_downgrade)
 
 
-def fleet_devices(ctx: typer.Context, selector: str) -> list[dict[str, Any]]:
-    """Devices from the broker's retained messages (plus the controller store's), filtered."""
-    chosen = parse_selector(selector)
-    opts = options(ctx)
-    config = load_edgectl_config(opts.config)
-    inbox: queue.Queue[Message] = queue.Queue()
-    transport = open_transport(opts.broker, config, inbox)
-    try:
-        records = collect_devices(transport, inbox)
-    finally:
-        transport.close()
-    store_path = config.controller.store_path()
-    telemetry: dict[str, Any] = {}
-    if store_path.exists():
-        for row in SqliteStore(store_path).devices():
-            records.setdefault(row.id, DeviceRecord.from_row(row))
-            telemetry[row.id] = row.telemetry_ts
-    rows = [r.to_dict() for _, r in sorted(records.items())]
-    for r in rows:
-        r["last_telemetry"] = telemetry.get(r["device_id"])
-    chosen.check_keys(rows)
-    return [r for r in rows if chosen.matches(r)]
-
-
 @app.command()
 def devices(
     ctx: typer.Context,
-    selector: str = typer.Option("all", "--selector", "-s", help="Only devices matching k=v[,k=v] (fields id, target, model, status, agent, or tag keys)."),
+    selector: str = typer.Option(
+        "all", "--selector", "-s",
+        help="Only devices matching k=v[,k=v] (fields id, target, model, status, agent, or tag keys)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List devices known to the broker: presence, agent, target, active model and backend."""
-    rows = fleet_devices(ctx, selector)
+    opts = options(ctx)
+    rows = fleet_devices(opts.broker, load_edgectl_config(opts.config), selector)
     if as_json:
         print_json(rows)
         return

@@ -79,20 +79,25 @@ def _parse_tags(values: list[str]) -> dict[str, str]:
 @app.command("sim")
 def sim(
     ctx: typer.Context,
-    agents: int | None = typer.Option(None, "--agents", "-n", min=1, help="Number of simulated agents (default: the sum of --profiles)."),
+    agents: int | None = typer.Option(
+        None, "--agents", "-n", min=1, help="Number of simulated agents (default: the sum of --profiles)."),
     profiles: str | None = typer.Option(
         None, "--profiles", help="Target profile mix, e.g. jetson-orin:10,nnapi:20,cpu-x86:20 (default: all cpu-x86)."),
     latency_factor: list[str] = typer.Option(
-        [], "--latency-factor", help="Make models slower on these agents: FACTOR for every model, or NAME@VERSION=FACTOR. Repeatable."),
+        [], "--latency-factor",
+        help="Make models slower on these agents: FACTOR for every model, or NAME@VERSION=FACTOR. Repeatable."),
     agreement: list[str] = typer.Option(
         [], "--agreement", help="Shadow-run agreement the agents report for NAME@VERSION=FRACTION (default 1.0). Repeatable."),
-    fallback: int = typer.Option(0, "--fallback", min=0, help="This many agents (the last ones) end up on the CPU instead of their profile's accelerator."),
+    fallback: int = typer.Option(
+        0, "--fallback", min=0,
+        help="This many agents (the last ones) end up on the CPU instead of their profile's accelerator."),
     tag: list[str] = typer.Option([], "--tag", help="KEY=VALUE tag every agent announces (for --fleet selectors). Repeatable."),
     prefix: str = typer.Option("sim", "--prefix", help="Device ids are PREFIX-PROFILE-NNN."),
     state_dir: Path | None = typer.Option(
         None, "--state-dir", help="Where each agent keeps its state (default $EDGECTL_HOME/sim); a restart keeps active models."),
     telemetry_s: float = typer.Option(1.0, "--telemetry-s", min=0.05, help="Seconds between telemetry reports of each agent."),
-    duration: float | None = typer.Option(None, "--duration", min=0.1, help="Stop after this many seconds (default: run until Ctrl-C/SIGTERM)."),
+    duration: float | None = typer.Option(
+        None, "--duration", min=0.1, help="Stop after this many seconds (default: run until Ctrl-C/SIGTERM)."),
     json_out: bool = typer.Option(False, "--json", help="Print the agents as JSON instead of a table."),
 ) -> None:
     """Run N light simulated agents against the broker until Ctrl-C, so rollouts can be tried without hardware.
@@ -115,7 +120,8 @@ def sim(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     connected = _wait_connected(started, 30)
-    rows = [{"device_id": a.device_id, "profile": a.profile, "backend": a.backend, "state_dir": str(a.state_dir)} for a in started]
+    rows = [{"device_id": a.device_id, "profile": a.profile, "backend": a.backend, "state_dir": str(a.state_dir)}
+            for a in started]
     if json_out:
         print_json({"broker": url, "connected": connected, "agents": rows})
     else:
@@ -136,7 +142,7 @@ def sim(
 def _start(fleet: SimFleet, mix: list[tuple[str, int]], root: Path, prefix: str, factors: dict[str, float],
            agreements: dict[str, float], tags: dict[str, str], fallback: int) -> list[SimAgent]:
     total = sum(n for _, n in mix)
-    started = []
+    started: list[SimAgent] = []
     for profile, count in mix:
         for i in range(count):
             device_id = f"{prefix}-{profile}-{i:03d}"

@@ -5,12 +5,9 @@ killed at any point resumes where it stopped; the signed desired state of each d
 and republished verbatim (same sequence number) after a broker restart, which agents that
 already took it ignore. Device reports are applied by :class:`edgectl.controller.reports.Reports`.
 
-Rollout statuses::
-
-    running <-> paused            (pause stops wave starts and promotion; gates keep watching)
-    running | paused -> done
-    running | paused -> rolling-back -> rolled-back   (a gate failed: halt)
-    running | paused -> aborting -> aborted           (operator abort)
+Rollout statuses change only through the table in :mod:`edgectl.controller.lifecycle`
+(:meth:`Engine._transition`): operator requests and the engine's verdicts (halt, complete,
+settled) are its events.
 
 Halting and aborting do the same to devices: those not sent yet are cancelled (an offline device's
 retained desired state is replaced by an empty one, so it does not catch up later), and those that
@@ -29,31 +26,48 @@ import math
 import time
 from collections.abc import Callable
 
-from edgectl.controller.gates import DeviceFacts, GateResult, parse_gate
-from edgectl.controller.reports import IN_FLIGHT, Publisher, Reports, package_info, shadow_agreement
-from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
+from edgectl.controller.gates import DeviceFacts, GateResult, parse_gates
+from edgectl.controller.lifecycle import RolloutEvent, advance, applies_to
+from edgectl.controller.records import (
+    ACTIVE,
+    COUNTED_FAILED,
+    IN_FLIGHT,
+    DeviceStatus,
+    ModelRef,
+    PackageRef,
+    Phase,
+    RolloutDevice,
+    RolloutRow,
+    RolloutStatus,
+)
+from edgectl.controller.reports import Publisher, Reports
+from edgectl.controller.store import Store
 
-__all__ = ["ACTIVE", "FINAL", "REQUESTS", "Engine"]
+__all__ = ["Engine"]
 
 log = logging.getLogger(__name__)
 
-ACTIVE = ("running", "paused", "rolling-back", "aborting")
-FINAL = ("done", "rolled-back", "aborted")
-COUNTED_FAILED = ("failed", "rolled-back")
-# Operator requests and the rollout statuses each applies to.
-REQUESTS: dict[str, tuple[str, ...]] = {
-    "pause": ("running",), "resume": ("paused",), "abort": ("running", "paused"), "retry-failed": ("running", "paused", "done"),
-}
+D, S, E = DeviceStatus, RolloutStatus, RolloutEvent
 
 
 class Engine(Reports):
-    def __init__(self, store: SqliteStore, publisher: Publisher, fallback_of: Callable[[str | None, str], bool | None],
+    def __init__(self, store: Store, publisher: Publisher, fallback_of: Callable[[str | None, str], bool | None],
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(store, publisher, clock)
         self.fallback_of = fallback_of
-        self.phases: dict[str, Callable[[RolloutRow, list[RolloutDevice]], None]] = {
-            "start": self._start_wave, "installing": self._installing, "baking": self._baking,
+        self.phases: dict[Phase, Callable[[RolloutRow, list[RolloutDevice]], None]] = {
+            Phase.START: self._start_wave, Phase.INSTALLING: self._installing, Phase.BAKING: self._baking,
         }
+
+    def _transition(self, rollout: RolloutRow, event: RolloutEvent, reason: str | None = None) -> RolloutStatus:
+        """Move the rollout's status along the lifecycle table (refusing an edge it lacks) and save it."""
+        before = rollout.status
+        rollout.status = advance(before, event)
+        if reason is not None:
+            rollout.reason = reason
+        self.store.save_rollout(rollout)
+        log.info("rollout %s: %s --%s--> %s", rollout.id, before.value, event.value, rollout.status.value)
+        return before
 
     # -- operator requests ------------------------------------------------------------------------
 
@@ -61,61 +75,62 @@ class Engine(Reports):
         rollout = self.store.rollout(rollout_id)
         if rollout is None:
             return
-        if rollout.status not in REQUESTS.get(action, ()):
+        try:
+            event = RolloutEvent(action)
+        except ValueError:
+            self.store.audit(f"{action} ignored", "unknown request", rollout.id, actor="operator")
+            return
+        if event not in (E.PAUSE, E.RESUME, E.ABORT, E.RETRY_FAILED) or not applies_to(event, rollout.status):
             self.store.audit(f"{action} ignored", f"rollout is {rollout.status}", rollout.id, actor="operator")
             return
         self.store.audit(action, f"was {rollout.status}", rollout.id, actor="operator")
-        if action == "pause":
-            rollout.status = "paused"
-        elif action == "resume":
-            rollout.status = "running"
-        elif action == "abort":
-            return self._stop(rollout, "aborting", "aborted by operator")
-        elif action == "retry-failed":
+        if event is E.ABORT:
+            self._stop(rollout, E.ABORT, "aborted by operator")
+        elif event is E.RETRY_FAILED:
             self._retry_failed(rollout)
-        self.store.save_rollout(rollout)
+        else:
+            self._transition(rollout, event)
 
     def _retry_failed(self, rollout: RolloutRow) -> None:
         """Send the update again to failed devices of started waves; they join the current wave."""
-        rows = [r for r in self.store.rollout_devices(rollout.id) if r.status == "failed" and r.wave <= rollout.wave]
+        rows = [r for r in self.store.rollout_devices(rollout.id) if r.status == D.FAILED and r.wave <= rollout.wave]
         for row in rows:
             row.wave, row.installed_at = rollout.wave, None
             self._send(rollout, row, "retry")
-        if rows and rollout.phase != "start":
-            self._phase(rollout, "installing")
-        if rollout.status == "done":
-            rollout.status, rollout.reason = "running", f"retrying {len(rows)} failed device(s)"
+        if rows and rollout.phase != Phase.START:
+            self._phase(rollout, Phase.INSTALLING)
+        reason = f"retrying {len(rows)} failed device(s)" if rollout.status == S.DONE else None
+        self._transition(rollout, E.RETRY_FAILED, reason)
 
     # -- the tick ---------------------------------------------------------------------------------
 
     def tick(self) -> None:
         for rollout in self.store.rollouts(ACTIVE):
-            if rollout.status in ("running", "paused"):
+            if rollout.status in (S.RUNNING, S.PAUSED):
                 rows = [r for r in self.store.rollout_devices(rollout.id) if r.wave == rollout.wave]
                 self.phases[rollout.phase](rollout, rows)
             else:
                 self._finish_stop(rollout)
 
     def _start_wave(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
-        if rollout.status != "running":
+        if rollout.status != S.RUNNING:
             return
         online = {d.id for d in self.store.devices() if d.online}
-        self.publisher.expect(rollout, [r for r in rows if r.status == "planned" and r.device_id in online])
+        self.publisher.expect(rollout, [r for r in rows if r.status == D.PLANNED and r.device_id in online])
         for row in rows:
-            if row.status == "planned":
+            if row.status == D.PLANNED:
                 self._supersede(rollout, row.device_id)
                 device = self.store.device(row.device_id)
-                active = ((device.state if device else {}) or {}).get("active") or {}
-                row.previous = {"name": active.get("name"), "version": active.get("version"), "artifact_id": active.get("artifact_id")}
+                row.previous = ModelRef.from_dict(((device.state if device else {}) or {}).get("active") or {})
                 self._send(rollout, row, "desired state published")
-        self._phase(rollout, "installing")
+        self._phase(rollout, Phase.INSTALLING)
         self.store.audit("wave started", f"wave {rollout.wave}: {len(rows)} device(s)", rollout.id)
 
     def _send(self, rollout: RolloutRow, row: RolloutDevice, why: str) -> None:
         """Publish the device's desired state; an offline device is deferred: it takes it when it returns."""
         device = self.store.device(row.device_id)
         row.desired = self.publisher.desired(rollout, row)
-        row.status = "sent" if device is not None and device.online else "deferred"
+        row.status = D.SENT if device is not None and device.online else D.DEFERRED
         row.detail = why
         self.store.save_rollout_device(row)
         self.store.audit(f"device {row.status}", why, rollout.id, row.device_id)
@@ -123,118 +138,113 @@ class Engine(Reports):
     def _supersede(self, rollout: RolloutRow, device_id: str) -> None:
         """A newer desired state replaces what an older rollout sent and the device has not finished."""
         for row in self.store.device_rollouts(device_id):
-            if row.rollout_id != rollout.id and row.status in (*IN_FLIGHT, "deferred"):
-                row.status, row.detail = "superseded", f"by rollout {rollout.id}"
+            if row.rollout_id != rollout.id and row.status in (*IN_FLIGHT, D.DEFERRED):
+                row.status, row.detail = D.SUPERSEDED, f"by rollout {rollout.id}"
                 self.store.save_rollout_device(row)
                 self.store.audit("device superseded", row.detail, row.rollout_id, device_id)
 
     def _installing(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         spec, now = rollout.spec, self.clock()
-        if now - rollout.phase_since > float(spec["wave_timeout_s"]):
+        if now - rollout.phase_since > spec.wave_timeout_s:
             for row in rows:
                 if row.status in IN_FLIGHT:
-                    row.status, row.detail = "failed", f"no final report within {spec['wave_timeout_s']:.0f}s"
-                    self.store.save_rollout_device(row)
-                    self.store.audit("device failed", row.detail, rollout.id, row.device_id)
+                    self._set(rollout, row, D.FAILED, f"no final report within {spec.wave_timeout_s:.0f}s")
         disagreement = self._shadow_verdict(rollout, rows)
         if disagreement:
-            return self._stop(rollout, "rolling-back", disagreement)
-        counted = [r for r in rows if r.status != "deferred"]
+            return self._stop(rollout, E.HALT, disagreement)
+        counted = [r for r in rows if r.status != D.DEFERRED]
         failed = sum(r.status in COUNTED_FAILED for r in counted)
-        if counted and failed > math.floor(float(spec["max_failure"]) * len(counted)):
-            return self._stop(rollout, "rolling-back",
-                              f"wave {rollout.wave}: failure_rate {failed}/{len(counted)} exceeds {spec['max_failure'] * 100:.1f}%")
+        if counted and failed > math.floor(spec.max_failure * len(counted)):
+            return self._stop(rollout, E.HALT,
+                              f"wave {rollout.wave}: failure_rate {failed}/{len(counted)} exceeds {spec.max_failure * 100:.1f}%")
         if all(r.status not in IN_FLIGHT for r in rows):
-            self._phase(rollout, "baking")
-            self.store.audit("wave installed", f"wave {rollout.wave}: baking {spec['bake_s']:.0f}s", rollout.id)
+            self._phase(rollout, Phase.BAKING)
+            self.store.audit("wave installed", f"wave {rollout.wave}: baking {spec.bake_s:.0f}s", rollout.id)
 
     def _baking(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         results = self.check_gates(rollout, rows)
         failing = [r for r in results if not r.holds]
         if failing:
-            return self._stop(rollout, "rolling-back", f"wave {rollout.wave}: gate {failing[0].gate!r} failed ({failing[0].detail})")
-        if rollout.status != "running" or self.clock() - rollout.phase_since < float(rollout.spec["bake_s"]):
+            return self._stop(rollout, E.HALT, f"wave {rollout.wave}: gate {failing[0].gate!r} failed ({failing[0].detail})")
+        if rollout.status != S.RUNNING or self.clock() - rollout.phase_since < rollout.spec.bake_s:
             return
         self.store.audit("wave promoted", "; ".join(f"{r.gate}: {r.detail}" for r in results), rollout.id)
-        if rollout.wave >= int(rollout.spec["wave_count"]):
-            rollout.status, rollout.reason = "done", "every wave promoted"
-            self.store.save_rollout(rollout)
+        if rollout.wave >= rollout.spec.wave_count:
+            self._transition(rollout, E.COMPLETE, "every wave promoted")
             self.store.audit("rollout done", "", rollout.id)
         else:
             rollout.wave += 1
-            self._phase(rollout, "start")
+            self._phase(rollout, Phase.START)
 
     # -- gates ------------------------------------------------------------------------------------
 
     def check_gates(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> list[GateResult]:
         facts = [self._facts(rollout, r) for r in rows]
-        for fact, row in zip(facts, rows, strict=False):
-            if row.status == "ok" and fact.silent_s is not None and fact.silent_s > float(rollout.spec["silence_s"]):
-                row.status, row.detail = "failed", f"silent for {fact.silent_s:.0f}s after install"
-                self.store.save_rollout_device(row)
-                self.store.audit("device failed", row.detail, rollout.id, row.device_id)
-        return [parse_gate(text).check(facts) for text in rollout.spec["gates"]]
+        for fact, row in zip(facts, rows, strict=True):
+            if row.status == D.OK and fact.silent_s is not None and fact.silent_s > rollout.spec.silence_s:
+                self._set(rollout, row, D.FAILED, f"silent for {fact.silent_s:.0f}s after install")
+        return [gate.check(facts) for gate in parse_gates(rollout.spec.gates)]
 
     def _shadow_verdict(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> str | None:
         """Canaries report their shadow run before cut-over: a failing agreement gate halts the wave at once."""
-        if not rollout.spec.get("shadow"):
+        if not rollout.spec.shadow:
             return None
-        facts = [DeviceFacts(r.device_id, r.status, agreement=shadow_agreement(r)) for r in rows]
-        for gate in (parse_gate(text) for text in rollout.spec["gates"]):
+        facts = [DeviceFacts(r.device_id, r.status, agreement=r.shadow_agreement) for r in rows]
+        for gate in parse_gates(rollout.spec.gates):
             result = gate.check(facts) if gate.metric == "agreement" else None
             if result is not None and not result.holds:
                 return f"wave {rollout.wave}: gate {result.gate!r} failed ({result.detail}, shadow run before cut-over)"
         return None
 
     def _facts(self, rollout: RolloutRow, row: RolloutDevice) -> DeviceFacts:
-        fact = DeviceFacts(row.device_id, row.status, agreement=shadow_agreement(row))
-        if row.status != "ok":
+        fact = DeviceFacts(row.device_id, row.status, agreement=row.shadow_agreement)
+        if row.status != D.OK:
             return fact
         device = self.store.device(row.device_id)
-        package = package_info(rollout, row.variant)
+        package = rollout.spec.package(row.variant)
         now = self.clock()
         if device is not None:
             # Offline or not, what counts is how long nothing was heard since the install.
             heard = max(device.telemetry_ts or 0.0, device.last_seen or 0.0, row.installed_at or now)
             fact.silent_s = max(0.0, now - heard)
-            stats = (device.telemetry.get("models") or {}).get(package["name"]) or {}
-            if str(stats.get("version")) == str(package["version"]):
+            stats = (device.telemetry.get("models") or {}).get(package.name) or {}
+            if str(stats.get("version")) == str(package.version):
                 fact.requests, fact.errors = int(stats.get("requests", 0)), int(stats.get("errors", 0))
             fact.fallback = self.fallback_of((device.birth or {}).get("target"), str(row.data.get("backend") or ""))
         fact.p95_ms, fact.latency_ratio = self._latency(row, package)
         return fact
 
-    def _latency(self, row: RolloutDevice, package: dict[str, object]) -> tuple[float | None, float | None]:
+    def _latency(self, row: RolloutDevice, package: PackageRef) -> tuple[float | None, float | None]:
         """(new p95, new / previous p95), comparing like with like: telemetry, else health checks."""
         prev = row.previous
         new_p95 = None
         for source in ("telemetry", "health"):
-            new = [x for x in self.store.latency(row.device_id, str(package["name"]), int(str(package["version"])),
-                                                 since=(row.installed_at or 0) - 1) if x["source"] == source]
+            new = [x for x in self.store.latency(row.device_id, package.name, package.version, since=(row.installed_at or 0) - 1)
+                   if x.source == source]
             if not new:
                 continue
-            new_p95 = new_p95 if new_p95 is not None else new[-1]["p95_ms"]
-            if not prev.get("name") or prev.get("version") is None:
+            new_p95 = new_p95 if new_p95 is not None else new[-1].p95_ms
+            if not prev.name or prev.version is None:
                 continue
-            old = [x for x in self.store.latency(row.device_id, prev["name"], int(prev["version"]), limit=50) if x["source"] == source]
-            if old and old[-1]["p95_ms"] > 0:
-                return new[-1]["p95_ms"], new[-1]["p95_ms"] / old[-1]["p95_ms"]
+            old = [x for x in self.store.latency(row.device_id, prev.name, prev.version, limit=50) if x.source == source]
+            if old and old[-1].p95_ms > 0:
+                return new[-1].p95_ms, new[-1].p95_ms / old[-1].p95_ms
         return new_p95, None
 
     # -- halting and aborting ---------------------------------------------------------------------
 
-    def _stop(self, rollout: RolloutRow, status: str, reason: str) -> None:
+    def _stop(self, rollout: RolloutRow, event: RolloutEvent, reason: str) -> None:
         """Halt (a gate failed) or abort: cancel what was not taken, roll back what was."""
-        rollout.status, rollout.reason = status, reason
-        self._phase(rollout, "rollback")
-        self.store.audit("rollout halted" if status == "rolling-back" else "rollout aborting", reason, rollout.id)
-        log.warning("rollout %s %s: %s", rollout.id, status, reason)
+        self._transition(rollout, event, reason)
+        self._phase(rollout, Phase.ROLLBACK)
+        self.store.audit("rollout halted" if event is E.HALT else "rollout aborting", reason, rollout.id)
+        log.warning("rollout %s %s: %s", rollout.id, rollout.status, reason)
         for row in self.store.rollout_devices(rollout.id):
-            if row.status == "planned":
-                self._set(rollout, row, "cancelled", "never sent")
-            elif row.status == "deferred":  # replace the retained desired state it has not taken
+            if row.status == D.PLANNED:
+                self._set(rollout, row, D.CANCELLED, "never sent")
+            elif row.status == D.DEFERRED:  # replace the retained desired state it has not taken
                 row.desired = self.publisher.desired(rollout, row, cancel=True)
-                self._set(rollout, row, "cancelled", "offline: its desired state was withdrawn")
+                self._set(rollout, row, D.CANCELLED, "offline: its desired state was withdrawn")
             elif row.status in IN_FLIGHT:
                 # Not taken yet: withdraw the retained desired state; if it still commits, it is rolled back then.
                 row.desired = self.publisher.desired(rollout, row, cancel=True)
@@ -242,7 +252,7 @@ class Engine(Reports):
             elif self.took(row):
                 self.roll_back(rollout, row)
 
-    def _set(self, rollout: RolloutRow, row: RolloutDevice, status: str, detail: str) -> None:
+    def _set(self, rollout: RolloutRow, row: RolloutDevice, status: DeviceStatus, detail: str) -> None:
         row.status, row.detail = status, detail
         self.store.save_rollout_device(row)
         self.store.audit(f"device {status}", detail, rollout.id, row.device_id)
@@ -250,14 +260,14 @@ class Engine(Reports):
     def _finish_stop(self, rollout: RolloutRow) -> None:
         """Wait for rollbacks and in-flight installs to report, up to the wave timeout."""
         rows = self.store.rollout_devices(rollout.id)
-        waiting = [r for r in rows if r.status in ("rollback-sent", *IN_FLIGHT)]
-        if waiting and self.clock() - rollout.phase_since < float(rollout.spec["wave_timeout_s"]):
+        waiting = [r for r in rows if r.status in (D.ROLLBACK_SENT, *IN_FLIGHT)]
+        if waiting and self.clock() - rollout.phase_since < rollout.spec.wave_timeout_s:
             return
-        rollout.status = "rolled-back" if rollout.status == "rolling-back" else "aborted"
-        self.store.save_rollout(rollout)
-        detail = f"{len(waiting)} device(s) did not confirm: {', '.join(r.device_id for r in waiting[:10])}" if waiting else "every device confirmed"
+        self._transition(rollout, E.SETTLED)
+        names = ", ".join(r.device_id for r in waiting[:10])
+        detail = f"{len(waiting)} device(s) did not confirm: {names}" if waiting else "every device confirmed"
         self.store.audit(f"rollout {rollout.status}", detail, rollout.id)
 
-    def _phase(self, rollout: RolloutRow, phase: str) -> None:
+    def _phase(self, rollout: RolloutRow, phase: Phase) -> None:
         rollout.phase, rollout.phase_since = phase, self.clock()
         self.store.save_rollout(rollout)

@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.errors import UserError
+from edgectl.controller.records import COUNTED_FAILED, DeviceStatus
 
-__all__ = ["METRICS", "DeviceFacts", "Gate", "GateResult", "parse_duration", "parse_gate", "parse_rate"]
+__all__ = ["METRICS", "DeviceFacts", "Gate", "GateResult", "parse_duration", "parse_gate", "parse_gates", "parse_rate"]
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
@@ -42,6 +43,8 @@ METRICS: dict[str, tuple[str, ...]] = {
 }
 _EXPR = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=|==|<|>)\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z%]*)\s*$")
 _SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+# Devices that never got the update (or are offline with it waiting) do not count in failure_rate.
+_NOT_SENT = (DeviceStatus.DEFERRED, DeviceStatus.SKIPPED, DeviceStatus.PLANNED, DeviceStatus.CANCELLED)
 
 
 @dataclass
@@ -49,7 +52,7 @@ class DeviceFacts:
     """What the controller knows about one wave device when it checks the gates."""
 
     device_id: str
-    status: str
+    status: DeviceStatus
     latency_ratio: float | None = None
     p95_ms: float | None = None
     silent_s: float | None = None  # since it was last heard from (any message) after install
@@ -117,6 +120,10 @@ def parse_gate(text: str) -> Gate:
     return Gate(text.strip(), metric, op, value, unit)
 
 
+def parse_gates(texts: Sequence[str]) -> list[Gate]:
+    return [parse_gate(text) for text in texts]
+
+
 def parse_rate(text: str, what: str) -> float:
     """``5%`` or ``0.05`` as a fraction."""
     try:
@@ -137,14 +144,14 @@ def parse_duration(text: str, what: str) -> float:
 
 
 def _installed(facts: Sequence[DeviceFacts]) -> list[DeviceFacts]:
-    return [f for f in facts if f.status == "ok"]
+    return [f for f in facts if f.status == DeviceStatus.OK]
 
 
 def _failure_rate(_g: Gate, facts: Sequence[DeviceFacts]) -> float | None:
-    counted = [f for f in facts if f.status not in ("deferred", "skipped", "planned", "cancelled")]
+    counted = [f for f in facts if f.status not in _NOT_SENT]
     if not counted:
         return None
-    return sum(f.status in ("failed", "rolled-back") for f in counted) / len(counted)
+    return sum(f.status in COUNTED_FAILED for f in counted) / len(counted)
 
 
 def _silence(_g: Gate, facts: Sequence[DeviceFacts]) -> float | None:

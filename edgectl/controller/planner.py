@@ -21,7 +21,9 @@ from typing import Any
 from agent.errors import UserError
 from edgectl.package import Package
 
-__all__ = ["Plan", "PlannedDevice", "check_variants", "choose_variant", "parse_waves", "plan_rollout", "variant_id", "variant_label"]
+__all__ = [
+    "Plan", "PlannedDevice", "check_variants", "choose_variant", "parse_waves", "plan_rollout", "variant_id", "variant_label",
+]
 
 # Assumptions for the duration estimate (docs/fleet.md): broker fan-out throughput and the
 # agent's verify + stage + activate + health time.

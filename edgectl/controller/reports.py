@@ -15,15 +15,23 @@ from typing import Any, Protocol
 
 from agent.protocol.envelope import Envelope
 from agent.protocol.messages import DeviceEvent
-from edgectl.controller.gates import parse_gate
-from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
+from edgectl.controller.gates import parse_gates
+from edgectl.controller.records import (
+    IN_FLIGHT,
+    UNSENT,
+    DeviceStatus,
+    PackageRef,
+    RolloutDevice,
+    RolloutRow,
+    RolloutStatus,
+)
+from edgectl.controller.store import Store
 
-__all__ = ["IN_FLIGHT", "Publisher", "Reports", "desired_seq", "package_info", "runs", "shadow_agreement", "shadow_threshold"]
+__all__ = ["Publisher", "Reports", "desired_seq", "runs", "shadow_threshold"]
 
-IN_FLIGHT = ("sent", "running")
-UNSENT = ("skipped", "planned", "cancelled", "superseded")
+D = DeviceStatus
 # A rollout in one of these no longer wants its model anywhere: a device that commits it is rolled back.
-STOPPED = ("rolling-back", "aborting", "rolled-back", "aborted")
+STOPPED = (RolloutStatus.ROLLING_BACK, RolloutStatus.ABORTING, RolloutStatus.ROLLED_BACK, RolloutStatus.ABORTED)
 REPLAY = "stale or replayed"  # how agents word the rejection of a message they already hold
 
 
@@ -43,27 +51,17 @@ class Publisher(Protocol):
         """Tell the artifact server these devices are about to ask: it publishes once all asked, not before."""
 
 
-def package_info(rollout: RolloutRow, variant: str) -> dict[str, Any]:
-    """The spec's entry for one variant (name, version, target, artifact_id, path, label)."""
-    return next(p for p in rollout.spec["packages"] if p["variant"] == variant)
-
-
-def runs(active: dict[str, Any], package: dict[str, Any]) -> bool:
+def runs(active: dict[str, Any], package: PackageRef) -> bool:
     """Whether a device's active model (from its state) is this package: versions may share a payload."""
-    return all(str(active.get(k)) == str(package[k]) for k in ("name", "version", "artifact_id"))
-
-
-def shadow_agreement(row: RolloutDevice) -> float | None:
-    """The agreement the device's shadow run reported (event data ``shadow.agreement``), if any."""
-    value = (row.data.get("shadow") or {}).get("agreement")
-    return float(value) if isinstance(value, (int, float)) else None
+    return (str(active.get("name")), str(active.get("version")), str(active.get("artifact_id"))) == (
+        package.name, str(package.version), package.artifact_id)
 
 
 def shadow_threshold(rollout: RolloutRow, row: RolloutDevice) -> float | None:
     """The agreement a device must reach in a shadow run before cut-over: first-wave devices of a --shadow rollout."""
-    if not rollout.spec.get("shadow") or row.wave != 1:
+    if not rollout.spec.shadow or row.wave != 1:
         return None
-    gates = [parse_gate(text) for text in rollout.spec["gates"]]
+    gates = parse_gates(rollout.spec.gates)
     return max((g.threshold for g in gates if g.metric == "agreement" and g.op in (">=", ">")), default=None)
 
 
@@ -75,7 +73,7 @@ def desired_seq(payload: bytes) -> int:
 class Reports:
     """Device reports to rollout rows; the engine adds waves, gates and operator requests on top."""
 
-    def __init__(self, store: SqliteStore, publisher: Publisher, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: Store, publisher: Publisher, clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.publisher = publisher
         self.clock = clock
@@ -96,32 +94,31 @@ class Reports:
 
     # -- events -----------------------------------------------------------------------------------
 
-    def on_event(self, event: DeviceEvent) -> None:
-        for rollout, row in self._rows(event.device_id):
+    def on_event(self, device_id: str, event: DeviceEvent) -> None:
+        """An event from ``device_id``: the id its topic names, which the broker binds to its certificate."""
+        for rollout, row in self._rows(device_id):
             if event.deployment_id == rollout.id:
                 self._apply(rollout, row, event.status, event.state, event.detail, event.data)
-            elif event.deployment_id == "none" and event.status == "rejected" and row.status in (*IN_FLIGHT, "deferred"):
-                # Not tied to a deployment: the device refused a message (signature, expiry, address).
-                # A replay refusal only says it already holds what a republish sent again.
-                if REPLAY not in event.detail:
-                    self._apply(rollout, row, "failed", "rejected", event.detail, {})
+            elif _refusal(event) and row.status in (*IN_FLIGHT, D.DEFERRED):
+                self._apply(rollout, row, "failed", "rejected", event.detail, {})
 
     def _apply(self, rollout: RolloutRow, row: RolloutDevice, status: str, state: str, detail: str, data: dict[str, Any]) -> None:
         before = row.status
         after = _next_status(before, status, state)
-        if after == before and before in ("ok", "rollback-sent", "rolled-back"):
+        if after == before and before in (D.OK, D.ROLLBACK_SENT, D.ROLLED_BACK):
             return  # a redelivered or late report changes nothing
         row.status, row.state, row.detail = after, state, detail
         row.data.update({k: v for k, v in data.items() if v is not None})
-        if after == "ok" and before != "ok":
+        if after == D.OK and before != D.OK:
             row.installed_at = self.clock()
             p95 = data.get("health_p95_ms")
             if p95 is not None and data.get("model"):
-                self.store.add_latency(row.device_id, str(data["model"]), int(data.get("version", 0)), float(p95), "health", self.clock())
+                model, version = str(data["model"]), int(data.get("version", 0))
+                self.store.add_latency(row.device_id, model, version, float(p95), "health", self.clock())
         self.store.save_rollout_device(row)
         if after != before:
             self.store.audit(f"device {after}", f"{state}: {detail}", rollout.id, row.device_id)
-        if after == "ok" and before != "ok" and rollout.status in STOPPED:
+        if after == D.OK and before != D.OK and rollout.status in STOPPED:
             self.roll_back(rollout, row)
 
     # -- retained state and reconnects ------------------------------------------------------------
@@ -132,19 +129,19 @@ class Reports:
             return
         active = state.get("active") or {}
         for rollout, row in self._rows(device_id):
-            holds = runs(active, package_info(rollout, row.variant))
-            if row.status in (*IN_FLIGHT, "deferred", "failed") and holds:
+            holds = runs(active, rollout.spec.package(row.variant))
+            if row.status in (*IN_FLIGHT, D.DEFERRED, D.FAILED) and holds:
                 self._apply(rollout, row, "ok", "done", "committed (from the device's state)", {})
-            elif row.status == "rollback-sent" and not holds:
+            elif row.status == D.ROLLBACK_SENT and not holds:
                 self._apply(rollout, row, "rolled-back", "rollback", "rolled back (from the device's state)", {})
-            elif row.status == "rollback-sent" and row.data.get("rollback_due"):
+            elif row.status == D.ROLLBACK_SENT and row.rollback_due:
                 self.roll_back(rollout, row)
 
     def on_birth(self, device_id: str) -> None:
         """The device (re)connected just now: a rollback command sent before may never have reached it."""
         for _rollout, row in self._rows(device_id):
-            if row.status == "rollback-sent" and not row.data.get("rollback_due"):
-                row.data["rollback_due"] = True
+            if row.status == D.ROLLBACK_SENT and not row.rollback_due:
+                row.rollback_due = True
                 self.store.save_rollout_device(row)
 
     def republish(self) -> int:
@@ -162,7 +159,7 @@ class Reports:
             if desired_seq(desired) > taken:
                 self.publisher.send(device_id, "desired", desired)
                 count += 1
-            if row.status == "rollback-sent" and row.data.get("rollback_due") and device is not None:
+            if row.status == D.ROLLBACK_SENT and row.rollback_due and device is not None:
                 self.on_state(device_id, device.state)
         return count
 
@@ -171,27 +168,34 @@ class Reports:
     @staticmethod
     def took(row: RolloutDevice) -> bool:
         """The device committed the new model (it may have gone silent since)."""
-        return row.status == "ok" or (row.status == "failed" and row.installed_at is not None)
+        return row.status == D.OK or (row.status == D.FAILED and row.installed_at is not None)
 
     def roll_back(self, rollout: RolloutRow, row: RolloutDevice) -> None:
         acked, row.desired = self.publisher.rollback(rollout, row.device_id)
-        row.data["rollback_due"] = not acked
-        resent = row.status == "rollback-sent"
-        row.status = "rollback-sent"
+        row.rollback_due = not acked
+        resent = row.status == D.ROLLBACK_SENT
+        row.status = D.ROLLBACK_SENT
         self.store.save_rollout_device(row)
         self.store.audit("device rollback-sent", "again, after a reconnect" if resent else "", rollout.id, row.device_id)
 
 
-def _next_status(before: str, status: str, state: str) -> str:
+def _refusal(event: DeviceEvent) -> bool:
+    """The device refused a message, not tied to a deployment (signature, expiry, address).
+
+    A replay refusal only says it already holds what a republish sent again."""
+    return event.deployment_id == "none" and event.status == "rejected" and REPLAY not in event.detail
+
+
+def _next_status(before: DeviceStatus, status: str, state: str) -> DeviceStatus:
     """A row's status after a report: ``status`` and ``state`` as the device sent them."""
-    if before in ("rollback-sent", "rolled-back"):
-        return "rolled-back" if status == "rolled-back" and state == "rollback" else before
+    if before in (D.ROLLBACK_SENT, D.ROLLED_BACK):
+        return D.ROLLED_BACK if status == "rolled-back" and state == "rollback" else before
     if status == "ok":
-        return "ok"
+        return D.OK
     if status == "rolled-back":  # on our command; otherwise the device undid a failed install itself
-        return "rolled-back" if state == "rollback" else "failed"
+        return D.ROLLED_BACK if state == "rollback" else D.FAILED
     if status in ("failed", "rejected"):
-        return "failed"
-    if status == "running" and before in ("sent", "deferred"):
-        return "running"
+        return D.FAILED
+    if status == "running" and before in (D.SENT, D.DEFERRED):
+        return D.RUNNING
     return before

@@ -14,7 +14,6 @@ import threading
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -24,12 +23,13 @@ from agent.protocol.envelope import TrustedKeys
 from agent.protocol.messages import DeviceEvent
 from agent.transport import Message, Transport, TransportFactory
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
-from edgectl.controller.engine import ACTIVE, Engine
-from edgectl.controller.reports import package_info, shadow_threshold
-from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
+from edgectl.controller.engine import Engine
+from edgectl.controller.records import ACTIVE, RolloutDevice, RolloutRow, RolloutStatus
+from edgectl.controller.reports import shadow_threshold
+from edgectl.controller.store import Store
 from edgectl.direct_deploy import signed_command, signed_desired
 from edgectl.package import Package, read_package
-from edgectl.registry import Ingest
+from edgectl.registry import EventReport, Ingest, LiveBirth, Report
 
 __all__ = ["Controller", "backend_fallback"]
 
@@ -62,7 +62,7 @@ def backend_fallback(target: str | None, backend: str) -> bool | None:
 class Controller:
     """The service: call ``run()`` until ``stop()``; ``ingest_lag_s`` and counters for benchmarks."""
 
-    def __init__(self, store: SqliteStore, transport_factory: TransportFactory, key: Ed25519PrivateKey, trusted: TrustedKeys,
+    def __init__(self, store: Store, transport_factory: TransportFactory, key: Ed25519PrivateKey, trusted: TrustedKeys,
                  tick_s: float = 0.5) -> None:
         self.store = store
         self.key = key
@@ -84,7 +84,7 @@ class Controller:
 
     def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> bytes:
         package = None if cancel else self._package(rollout, row.variant)
-        payload = signed_desired(self.key, row.device_id, rollout.id, package, bool(rollout.spec.get("allow_downgrade")),
+        payload = signed_desired(self.key, row.device_id, rollout.id, package, rollout.spec.allow_downgrade,
                                  None if cancel else shadow_threshold(rollout, row))
         self.send(row.device_id, "desired", payload)
         return payload
@@ -108,9 +108,9 @@ class Controller:
 
     def _package(self, rollout: RolloutRow, variant: str) -> Package:
         if variant not in self.packages:
-            info = package_info(rollout, variant)
+            info = rollout.spec.package(variant)
             (self._cache / variant).mkdir(parents=True, exist_ok=True)
-            package = read_package(Path(info["path"]), self.trusted, self._cache / variant)
+            package = read_package(Path(info.path), self.trusted, self._cache / variant)
             self.packages[variant] = package
             m = package.manifest
             # Variants with equal payloads share one artifact: serving it again changes nothing.
@@ -124,7 +124,7 @@ class Controller:
             self.transport.subscribe(topics.device("+", leaf), 1)
         self.transport.connect()
         self.server.start()
-        self.store.audit("controller started", f"store {self.store.path}")
+        self.store.audit("controller started", f"store {self.store.location()}")
         next_tick = 0.0
         while not self.stopping.is_set():
             self._drain(time.monotonic() + self.tick_s / 2)
@@ -155,7 +155,7 @@ class Controller:
                     break
         if not batch:
             return
-        followups: list[tuple[str, Any]] = []
+        followups: list[Report] = []
         with self.store.batch():
             for message in batch:
                 self.messages += 1
@@ -163,30 +163,30 @@ class Controller:
                     self.server.handle_request(message.payload)
                     continue
                 try:
-                    result = self.ingest.apply(message)
+                    report = self.ingest.apply(message)
                 except EdgeError as exc:
                     log.warning("ignored %s: %s", message.topic, exc)
                     continue
                 if message.topic.endswith("/birth") and not message.retain:  # a live birth: it just connected
-                    followups.append(("birth", topics.parse_device_topic(message.topic).device_id))
-                if result is not None:
-                    followups.append(result)
-            for kind, value in followups:
-                if kind == "event":
-                    self._release(value)
-                    self.engine.on_event(value)
-                elif kind == "birth":
-                    self.engine.on_birth(value)
+                    followups.append(LiveBirth(topics.parse_device_topic(message.topic).device_id))
+                if report is not None:
+                    followups.append(report)
+            for followup in followups:
+                if isinstance(followup, EventReport):
+                    self._release(followup.device_id, followup.event)
+                    self.engine.on_event(followup.device_id, followup.event)
+                elif isinstance(followup, LiveBirth):
+                    self.engine.on_birth(followup.device_id)
                 else:
-                    self.engine.on_state(*value)
+                    self.engine.on_state(followup.device_id, followup.state)
 
-    def _release(self, event: DeviceEvent) -> None:
+    def _release(self, device_id: str, event: DeviceEvent) -> None:
         """A device that finished (or refused) before asking for chunks will not ask: the server stops waiting for it."""
         if event.status != "running":
             for artifact_id in self.packages:
-                self.server.release(artifact_id, event.device_id)
+                self.server.release(artifact_id, device_id)
 
     def _serve_active(self) -> None:
-        for rollout in self.store.rollouts((*ACTIVE, "done")):
-            for info in rollout.spec["packages"]:
-                self._package(rollout, info["variant"])
+        for rollout in self.store.rollouts((*ACTIVE, RolloutStatus.DONE)):
+            for info in rollout.spec.packages:
+                self._package(rollout, info.variant)

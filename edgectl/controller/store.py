@@ -1,20 +1,38 @@
 """The controller's store: devices, latency history, rollouts, per-device rollout rows, audit log.
 
-:class:`Store` is the interface the controller and the CLI use; :class:`SqliteStore` implements it
-on one SQLite file in WAL mode, so ``edgectl deploy`` / ``rollout pause`` and the running
-``edgectl controller run`` can share it. A PostgreSQL store implements the same methods.
+:class:`Store` is the whole interface the controller, the fleet domain layer and the CLI use;
+:class:`SqliteStore` implements it on one SQLite file in WAL mode, so ``edgectl deploy`` /
+``rollout pause`` and the running ``edgectl controller run`` can share it. Another engine (issue 15:
+PostgreSQL) implements the same protocol. Records cross this boundary as the typed dataclasses of
+:mod:`edgectl.controller.records`; JSON columns are their ``to_dict`` form.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Protocol
+
+from edgectl.controller.records import (
+    AuditEntry,
+    DeviceEventRow,
+    DeviceRow,
+    DeviceStatus,
+    LatencyPoint,
+    ModelRef,
+    Phase,
+    RolloutDevice,
+    RolloutRow,
+    RolloutSpec,
+    RolloutStatus,
+)
 
 __all__ = ["DeviceRow", "RolloutDevice", "RolloutRow", "SqliteStore", "Store"]
 
@@ -44,73 +62,37 @@ CREATE TABLE IF NOT EXISTS requests(
 """
 
 
-@dataclass
-class DeviceRow:
-    """What the controller knows of one device from its retained messages and telemetry."""
-
-    id: str
-    online: bool | None = None
-    last_seen: float | None = None
-    birth: dict[str, Any] = field(default_factory=dict)
-    state: dict[str, Any] = field(default_factory=dict)
-    telemetry: dict[str, Any] = field(default_factory=dict)
-    telemetry_ts: float | None = None
-
-
-@dataclass
-class RolloutRow:
-    """One rollout: its spec (packages, waves, gates, options) and where it stands."""
-
-    id: str
-    created: float
-    status: str  # running | paused | rolling-back | aborting | rolled-back | aborted | done
-    spec: dict[str, Any]
-    wave: int = 0
-    phase: str = "start"  # start | installing | baking | rollback (after a halt or an abort)
-    phase_since: float = 0.0
-    reason: str = ""
-    updated: float = 0.0
-
-
-@dataclass
-class RolloutDevice:
-    """One device's part in a rollout."""
-
-    rollout_id: str
-    device_id: str
-    wave: int
-    variant: str  # variant id (manifest sha256) of the package this device gets ("" when skipped)
-    # planned|skipped|sent|deferred|running|ok|failed|rollback-sent|rolled-back|cancelled|superseded
-    status: str
-    state: str = ""
-    detail: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-    desired: bytes | None = None
-    previous: dict[str, Any] = field(default_factory=dict)
-    installed_at: float | None = None
-    updated: float = 0.0
+DEVICE_FIELDS = ("online", "last_seen", "birth", "state", "telemetry", "telemetry_ts")
 
 
 class Store(Protocol):
-    """What the controller needs from persistent storage."""
+    """What the controller, the fleet domain layer and the CLI need from persistent storage."""
 
+    def location(self) -> str:
+        """Where the store lives, for logs and the audit log (a path or a URL without credentials)."""
+    def batch(self) -> AbstractContextManager[None]:
+        """``with store.batch():`` groups writes in one transaction (nested batches join the outer one)."""
+    def keep_package(self, variant: str, source: Path) -> Path:
+        """Keep a rollout's package where every controller replica can read it; return where it lies."""
     def upsert_device(self, device_id: str, **fields: Any) -> None: ...
     def devices(self) -> list[DeviceRow]: ...
     def device(self, device_id: str) -> DeviceRow | None: ...
     def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float) -> None: ...
     def latency(self, device_id: str, model: str | None = None, version: int | None = None,
-                since: float = 0.0, limit: int = 500) -> list[dict[str, Any]]: ...
-    def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any]) -> None: ...
-    def events(self, device_id: str, limit: int = 20) -> list[dict[str, Any]]: ...
+                since: float = 0.0, limit: int = 500) -> list[LatencyPoint]: ...
+    def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str,
+                  data: dict[str, Any]) -> None: ...
+    def events(self, device_id: str, limit: int = 20) -> list[DeviceEventRow]: ...
     def create_rollout(self, rollout: RolloutRow, devices: Iterable[RolloutDevice]) -> None: ...
     def save_rollout(self, rollout: RolloutRow) -> None: ...
     def rollout(self, rollout_id: str) -> RolloutRow | None: ...
-    def rollouts(self, statuses: tuple[str, ...] | None = None) -> list[RolloutRow]: ...
+    def rollouts(self, statuses: Iterable[RolloutStatus] | None = None) -> list[RolloutRow]: ...
     def rollout_devices(self, rollout_id: str) -> list[RolloutDevice]: ...
     def device_rollouts(self, device_id: str) -> list[RolloutDevice]: ...
     def save_rollout_device(self, row: RolloutDevice) -> None: ...
-    def audit(self, action: str, detail: str = "", rollout_id: str = "", device_id: str = "", actor: str = "controller") -> None: ...
-    def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]: ...
+    def audit(self, action: str, detail: str = "", rollout_id: str = "", device_id: str = "",
+              actor: str = "controller") -> None: ...
+    def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[AuditEntry]: ...
     def request(self, rollout_id: str, action: str) -> None: ...
     def take_requests(self) -> list[tuple[str, str]]: ...
 
@@ -130,7 +112,7 @@ class SqliteStore:
             db.executescript(SCHEMA)
 
     def _db(self) -> sqlite3.Connection:
-        db = getattr(self._local, "db", None)
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
@@ -139,9 +121,22 @@ class SqliteStore:
             self._local.db = db
         return db
 
+    def location(self) -> str:
+        return str(self.path)
+
     def batch(self) -> _Batch:
-        """``with store.batch():`` groups many writes in one transaction (telemetry ingest)."""
         return _Batch(self._db())
+
+    def keep_package(self, variant: str, source: Path) -> Path:
+        """Packages lie in ``packages/`` next to the store file, named by variant (equal variants are equal files)."""
+        keep = self.path.parent / "packages"
+        keep.mkdir(parents=True, exist_ok=True)
+        path = keep / f"{variant}.edgepkg"
+        if not path.exists():
+            partial = path.with_name(path.name + ".part")
+            shutil.copyfile(source, partial)
+            partial.replace(path)
+        return path
 
     # -- devices ----------------------------------------------------------------------------
 
@@ -149,11 +144,9 @@ class SqliteStore:
         db = self._db()
         db.execute("INSERT OR IGNORE INTO devices(id) VALUES (?)", (device_id,))
         for key, value in fields.items():
-            if key not in ("online", "last_seen", "birth", "state", "telemetry", "telemetry_ts"):
+            if key not in DEVICE_FIELDS:
                 raise ValueError(f"unknown device field {key}")
-            if isinstance(value, dict):
-                value = _dumps(value)
-            db.execute(f"UPDATE devices SET {key}=? WHERE id=?", (value, device_id))
+            db.execute(f"UPDATE devices SET {key}=? WHERE id=?", (_dumps(value) if isinstance(value, dict) else value, device_id))
 
     def devices(self) -> list[DeviceRow]:
         return [self._device(r) for r in self._db().execute("SELECT * FROM devices ORDER BY id")]
@@ -174,7 +167,7 @@ class SqliteStore:
         self._db().execute("INSERT INTO latency VALUES (?,?,?,?,?,?)", (device_id, ts, model, version, p95_ms, source))
 
     def latency(self, device_id: str, model: str | None = None, version: int | None = None,
-                since: float = 0.0, limit: int = 500) -> list[dict[str, Any]]:
+                since: float = 0.0, limit: int = 500) -> list[LatencyPoint]:
         sql = "SELECT * FROM latency WHERE device_id=? AND ts>=?"
         args: list[Any] = [device_id, since]
         if model is not None:
@@ -182,15 +175,17 @@ class SqliteStore:
         if version is not None:
             sql, args = sql + " AND version=?", [*args, version]
         rows = self._db().execute(sql + " ORDER BY ts DESC LIMIT ?", (*args, limit)).fetchall()
-        return [dict(r) for r in reversed(rows)]
+        return [LatencyPoint(r["device_id"], r["ts"], r["model"], r["version"], r["p95_ms"], r["source"]) for r in reversed(rows)]
 
-    def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any]) -> None:
+    def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str,
+                  data: dict[str, Any]) -> None:
         self._db().execute("INSERT INTO events VALUES (?,?,?,?,?,?,?)",
                            (device_id, ts, deployment_id, state, status, detail, _dumps(data)))
 
-    def events(self, device_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    def events(self, device_id: str, limit: int = 20) -> list[DeviceEventRow]:
         rows = self._db().execute("SELECT * FROM events WHERE device_id=? ORDER BY ts DESC LIMIT ?", (device_id, limit))
-        return [{**dict(r), "data": json.loads(r["data"] or "{}")} for r in reversed(rows.fetchall())]
+        return [DeviceEventRow(r["device_id"], r["ts"], r["deployment_id"], r["state"], r["status"], r["detail"],
+                               json.loads(r["data"] or "{}")) for r in reversed(rows.fetchall())]
 
     # -- rollouts ---------------------------------------------------------------------------
 
@@ -204,23 +199,23 @@ class SqliteStore:
         rollout.updated = time.time()
         self._db().execute(
             "INSERT OR REPLACE INTO rollouts VALUES (?,?,?,?,?,?,?,?,?)",
-            (rollout.id, rollout.created, rollout.status, _dumps(rollout.spec), rollout.wave, rollout.phase,
-             rollout.phase_since, rollout.reason, rollout.updated),
+            (rollout.id, rollout.created, rollout.status.value, _dumps(rollout.spec.to_dict()), rollout.wave,
+             rollout.phase.value, rollout.phase_since, rollout.reason, rollout.updated),
         )
 
     def rollout(self, rollout_id: str) -> RolloutRow | None:
         row = self._db().execute("SELECT * FROM rollouts WHERE id=?", (rollout_id,)).fetchone()
         return self._rollout(row) if row else None
 
-    def rollouts(self, statuses: tuple[str, ...] | None = None) -> list[RolloutRow]:
+    def rollouts(self, statuses: Iterable[RolloutStatus] | None = None) -> list[RolloutRow]:
+        wanted = None if statuses is None else {RolloutStatus(s).value for s in statuses}
         rows = self._db().execute("SELECT * FROM rollouts ORDER BY created").fetchall()
-        found = [self._rollout(r) for r in rows]
-        return [r for r in found if statuses is None or r.status in statuses]
+        return [self._rollout(r) for r in rows if wanted is None or r["status"] in wanted]
 
     @staticmethod
     def _rollout(r: sqlite3.Row) -> RolloutRow:
-        return RolloutRow(r["id"], r["created"], r["status"], json.loads(r["spec"]), r["wave"], r["phase"],
-                          r["phase_since"], r["reason"], r["updated"])
+        return RolloutRow(r["id"], r["created"], RolloutStatus(r["status"]), RolloutSpec.from_dict(json.loads(r["spec"])),
+                          r["wave"], Phase(r["phase"]), r["phase_since"], r["reason"], r["updated"])
 
     def rollout_devices(self, rollout_id: str) -> list[RolloutDevice]:
         rows = self._db().execute("SELECT * FROM rollout_devices WHERE rollout_id=? ORDER BY wave, device_id", (rollout_id,))
@@ -235,16 +230,16 @@ class SqliteStore:
 
     @staticmethod
     def _rollout_device(r: sqlite3.Row) -> RolloutDevice:
-        return RolloutDevice(r["rollout_id"], r["device_id"], r["wave"], r["variant"], r["status"], r["state"] or "",
-                             r["detail"] or "", json.loads(r["data"] or "{}"), r["desired"], json.loads(r["previous"] or "{}"),
-                             r["installed_at"], r["updated"])
+        return RolloutDevice(r["rollout_id"], r["device_id"], r["wave"], r["variant"], DeviceStatus(r["status"]),
+                             r["state"] or "", r["detail"] or "", json.loads(r["data"] or "{}"), r["desired"],
+                             ModelRef.from_dict(json.loads(r["previous"] or "{}")), r["installed_at"], r["updated"])
 
     def save_rollout_device(self, row: RolloutDevice) -> None:
         row.updated = time.time()
         self._db().execute(
             "INSERT OR REPLACE INTO rollout_devices VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (row.rollout_id, row.device_id, row.wave, row.variant, row.status, row.state, row.detail,
-             _dumps(row.data), row.desired, _dumps(row.previous), row.installed_at, row.updated),
+            (row.rollout_id, row.device_id, row.wave, row.variant, row.status.value, row.state, row.detail,
+             _dumps(row.data), row.desired, _dumps(row.previous.to_dict()), row.installed_at, row.updated),
         )
 
     # -- audit and requests -----------------------------------------------------------------
@@ -253,7 +248,7 @@ class SqliteStore:
         self._db().execute("INSERT INTO audit(ts, actor, rollout_id, device_id, action, detail) VALUES (?,?,?,?,?,?)",
                            (time.time(), actor, rollout_id, device_id, action, detail))
 
-    def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[AuditEntry]:
         sql = "SELECT * FROM audit WHERE 1=1"
         args: list[Any] = []
         if rollout_id:
@@ -261,7 +256,8 @@ class SqliteStore:
         if device_id:
             sql, args = sql + " AND device_id=?", [*args, device_id]
         rows = self._db().execute(sql + " ORDER BY id DESC LIMIT ?", (*args, limit)).fetchall()
-        return [dict(r) for r in reversed(rows)]
+        return [AuditEntry(r["id"], r["ts"], r["actor"], r["rollout_id"] or "", r["device_id"] or "", r["action"],
+                           r["detail"] or "") for r in reversed(rows)]
 
     def request(self, rollout_id: str, action: str) -> None:
         """Queue an operator action (pause, resume, abort, retry-failed) for the controller."""
@@ -275,7 +271,7 @@ class SqliteStore:
         return [(r["rollout_id"], r["action"]) for r in rows]
 
 
-class _Batch:
+class _Batch(AbstractContextManager[None]):
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
         self.outer = False
@@ -285,6 +281,6 @@ class _Batch:
         if self.outer:
             self.db.execute("BEGIN IMMEDIATE")
 
-    def __exit__(self, exc_type: Any, *_: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self.outer:
             self.db.execute("ROLLBACK" if exc_type else "COMMIT")

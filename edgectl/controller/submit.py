@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from edgectl.controller.gates import parse_gate
 from edgectl.controller.planner import Plan, variant_label
-from edgectl.controller.store import RolloutDevice, RolloutRow, SqliteStore
+from edgectl.controller.records import DeviceStatus, PackageRef, Phase, RolloutDevice, RolloutRow, RolloutSpec, RolloutStatus
+from edgectl.controller.store import Store
 
 __all__ = ["RolloutOptions", "submit_rollout"]
 
@@ -20,6 +19,8 @@ DEFAULT_SILENCE = "silence <= 60s"
 
 @dataclass(frozen=True)
 class RolloutOptions:
+    """The operator's choices for one rollout, parsed and checked (``deploy --fleet`` flags, or an API body)."""
+
     selector: str
     max_failure: float
     bake_s: float
@@ -41,29 +42,28 @@ def _gates(options: RolloutOptions) -> tuple[list[str], float]:
     return texts, silence.threshold
 
 
-def submit_rollout(store: SqliteStore, plan: Plan, options: RolloutOptions) -> str:
-    """Copy the packages next to the store, record the rollout and its devices; return its id."""
-    rollout_id = f"r-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    keep = store.path.parent / "packages"
-    keep.mkdir(parents=True, exist_ok=True)
-    packages: list[dict[str, Any]] = []
+def rollout_spec(store: Store, plan: Plan, options: RolloutOptions) -> RolloutSpec:
+    """The spec to record: packages kept by the store, the defaults added to the gates."""
+    packages = []
     for variant, package in plan.packages.items():
-        path = keep / f"{variant}.edgepkg"
-        if not path.exists():
-            shutil.copyfile(package.path, path)
         m = package.manifest
-        packages.append({"variant": variant, "artifact_id": m.artifact_id, "name": m.name, "version": m.version,
-                         "target": m.target.name, "label": variant_label(package), "path": str(path), "size": m.payload.size})
+        kept = store.keep_package(variant, package.path)
+        packages.append(PackageRef(variant, m.artifact_id, m.name, m.version, m.target.name, variant_label(package), str(kept),
+                                   m.payload.size))
     gates, silence_s = _gates(options)
-    spec = {
-        "selector": options.selector, "packages": packages, "wave_count": plan.waves, "max_failure": options.max_failure,
-        "bake_s": options.bake_s, "gates": gates, "silence_s": silence_s, "shadow": options.shadow,
-        "allow_downgrade": options.allow_downgrade, "wave_timeout_s": options.wave_timeout_s,
-    }
-    rollout = RolloutRow(rollout_id, time.time(), "running" if plan.waves else "done", spec, wave=1, phase="start")
-    rows = [RolloutDevice(rollout_id, d.device_id, d.wave, d.variant or "", "planned") for d in plan.devices]
-    rows += [RolloutDevice(rollout_id, d.device_id, 0, "", "skipped", detail=d.reason) for d in plan.skipped]
+    return RolloutSpec(options.selector, tuple(packages), plan.waves, options.max_failure, options.bake_s, tuple(gates),
+                       silence_s, options.shadow, options.allow_downgrade, options.wave_timeout_s)
+
+
+def submit_rollout(store: Store, plan: Plan, options: RolloutOptions) -> str:
+    """Keep the packages, record the rollout and its devices; return its id."""
+    rollout_id = f"r-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    spec = rollout_spec(store, plan, options)
+    status = RolloutStatus.RUNNING if plan.waves else RolloutStatus.DONE
+    rollout = RolloutRow(rollout_id, time.time(), status, spec, wave=1, phase=Phase.START)
+    rows = [RolloutDevice(rollout_id, d.device_id, d.wave, d.variant or "", DeviceStatus.PLANNED) for d in plan.devices]
+    rows += [RolloutDevice(rollout_id, d.device_id, 0, "", DeviceStatus.SKIPPED, detail=d.reason) for d in plan.skipped]
     store.create_rollout(rollout, rows)
-    store.audit("rollout created", f"{len(plan.devices)} device(s) in {plan.waves} wave(s), {len(plan.skipped)} skipped; gates: {'; '.join(gates)}",
-                rollout_id, actor="operator")
+    store.audit("rollout created", f"{len(plan.devices)} device(s) in {plan.waves} wave(s), {len(plan.skipped)} skipped; "
+                f"gates: {'; '.join(spec.gates)}", rollout_id, actor="operator")
     return rollout_id

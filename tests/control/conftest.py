@@ -104,12 +104,13 @@ class ControlPlane:
     # -- agents and packages ------------------------------------------------------------------------
 
     def agents(self, count: int, profile: str = "cpu-x86", prefix: str = "sim", **kw: Any) -> list[SimAgent]:
-        return [self.fleet.start(SimAgent(f"{prefix}-{i:03d}", profile, self.home.path.parent / "sim" / f"{prefix}-{i:03d}", **kw))
-                for i in range(count)]
+        root = self.home.path.parent / "sim"
+        return [self.fleet.start(SimAgent(f"{prefix}-{i:03d}", profile, root / f"{prefix}-{i:03d}", **kw)) for i in range(count)]
 
     def restart_agent(self, agent: SimAgent) -> SimAgent:
         """The same device (id, profile, state directory) back after a stop or a kill."""
-        return self.fleet.start(dataclasses.replace(agent, transport=None, active=None, previous=None, deploying=None, requests=0))
+        fresh = dataclasses.replace(agent, transport=None, active=None, previous=None, deploying=None, requests=0)
+        return self.fleet.start(fresh)
 
     def wait_devices(self, count: int, online: int | None = None) -> None:
         """Until `edgectl devices` lists ``count`` devices, ``online`` of them (default: all) online."""
@@ -118,7 +119,8 @@ class ControlPlane:
             return len(rows) == count and sum(d["status"] == "online" for d in rows) == (count if online is None else online)
         wait_for(ready, 30, f"{count} devices")
 
-    def package(self, name: str, version: int, target: str = "any", model: Callable[[Path], Path] | None = None, **model_kw: Any) -> Path:
+    def package(self, name: str, version: int, target: str = "any", model: Callable[[Path], Path] | None = None,
+                **model_kw: Any) -> Path:
         """A signed package built in process (``edgectl build`` costs a process start per package).
 
         Golden data only for a ``model`` given on purpose (a NaN model): light agents load golden
@@ -154,11 +156,18 @@ class ControlPlane:
         return self.rollout(rollout_id)
 
     def rollout(self, rollout_id: str) -> dict[str, Any]:
-        return json.loads(self.edgectl("rollout", "status", rollout_id, "--json", check=True).stdout)
+        summary: dict[str, Any] = json.loads(self.edgectl("rollout", "status", rollout_id, "--json", check=True).stdout)
+        return summary
 
     def versions(self) -> dict[str, int | None]:
         """The model version each running light agent has active (None: nothing)."""
         return {a.device_id: a.active["version"] if a.active else None for a in list(self.fleet.agents.values())}
+
+
+def active(agent: SimAgent) -> dict[str, Any]:
+    """The model a light agent serves; fails the test when it serves none."""
+    assert agent.active is not None, f"{agent.device_id} serves no model"
+    return agent.active
 
 
 def audit_actions(summary: dict[str, Any], device_id: str = "") -> list[str]:

@@ -26,7 +26,8 @@ def test_bad_input_and_mixed_fleet_plan(plane: ControlPlane) -> None:
     bad = plane.edgectl("deploy", str(orin), "--fleet", "all", "--gate", "p95_latency <= fast")
     assert bad.returncode == 2 and "expected METRIC OP NUMBER" in bad.stderr
 
-    plan = json.loads(plane.edgectl("deploy", str(orin), str(nnapi), "--fleet", "all", "--waves", "1,100%", "--dry-run", "--json", check=True).stdout)
+    args = ("deploy", str(orin), str(nnapi), "--fleet", "all", "--waves", "1,100%", "--dry-run", "--json")
+    plan = json.loads(plane.edgectl(*args, check=True).stdout)
     variants = {d["device_id"]: d["variant"] for w in plan["waves"] for d in w["devices"]}
     assert variants["orin-000"] == "det v3 (jetson-orin)" and variants["phone-001"] == "det v3 (nnapi)"
     assert [s["device_id"] for s in plan["skipped"]] == ["pi-000"] and plan["total_bytes"] > 0

@@ -35,7 +35,8 @@ def test_device_killed_right_after_install_trips_the_silence_gate(plane: Control
     agents = plane.agents(3)
     plane.start_controller()
     plane.wait_devices(3)
-    rid = plane.deploy(str(plane.package("clf", 1)), "--fleet", "all", "--waves", "100%", "--bake", "60s", "--gate", "silence <= 3s")
+    rid = plane.deploy(str(plane.package("clf", 1)), "--fleet", "all", "--waves", "100%", "--bake", "60s",
+                       "--gate", "silence <= 3s")
     wait_for(lambda: plane.devices(rid)["sim-000"].status == "ok", 30, "sim-000 to commit")
     plane.fleet.kill("sim-000")  # no goodbye: no telemetry any more, presence still says online
 
@@ -44,7 +45,8 @@ def test_device_killed_right_after_install_trips_the_silence_gate(plane: Control
     rows = {d["device_id"]: d for d in summary["devices"]}
     assert rows["sim-001"]["status"] == rows["sim-002"]["status"] == "rolled-back"
     assert rows["sim-000"]["status"] == "rollback-sent"  # it could not confirm: it is gone
-    assert "1 device(s) did not confirm: sim-000" in [a["detail"] for a in summary["audit"] if a["action"] == "rollout rolled-back"]
+    ended = [a["detail"] for a in summary["audit"] if a["action"] == "rollout rolled-back"]
+    assert "1 device(s) did not confirm: sim-000" in ended
     assert plane.versions() == {"sim-001": None, "sim-002": None}
 
     # Back with v1 still active: the controller sends the rollback again, once.

@@ -24,8 +24,8 @@ def test_controller_killed_mid_rollout_continues_from_its_store(plane: ControlPl
     assert set(plane.versions().values()) == {1}
     assert audit_actions(summary).count("wave promoted") == 3
     assert not (plane.home.path / "controller.db").exists()
-    started = [a for a in plane.store().audit_log() if a["action"] == "controller started"]
-    assert len(started) == 2 and all(str(plane.store_path) in a["detail"] for a in started)
+    started = [a for a in plane.store().audit_log() if a.action == "controller started"]
+    assert len(started) == 2 and all(str(plane.store_path) in a.detail for a in started)
 
 
 def test_broker_restart_mid_wave_and_the_rollout_continues(plane: ControlPlane) -> None:

@@ -58,7 +58,8 @@ def test_abort_rolls_back_devices_that_took_it_and_an_offline_device_never_gets_
     plane.fleet.stop("sim-003")
     plane.wait_devices(4, online=3)
     rid = plane.deploy(str(plane.package("clf", 1)), "--fleet", "all", "--waves", "100%", "--bake", "60s")
-    wait_for(lambda: sorted(d.status for d in plane.devices(rid).values()) == ["deferred", "ok", "ok", "ok"], 30, "3 installed, 1 deferred")
+    wait_for(lambda: sorted(d.status for d in plane.devices(rid).values()) == ["deferred", "ok", "ok", "ok"], 30,
+             "3 installed, 1 deferred")
     _command(plane, "abort", rid)
 
     summary = plane.ended(rid)
@@ -95,7 +96,8 @@ def test_offline_device_catches_up_when_it_returns_after_the_rollout(plane: Cont
 
 def test_retry_failed_sends_again_to_a_device_that_failed(plane: ControlPlane, agents: Callable[..., AgentProcess]) -> None:
     plane.agents(2)
-    real = agents(plane.home, "real-1", target="cpu-x86", extra={"deploy": {**DEPLOY, "download_quota_bytes": 1000}})  # a full disk
+    full_disk = {"deploy": {**DEPLOY, "download_quota_bytes": 1000}}
+    real = agents(plane.home, "real-1", target="cpu-x86", extra=full_disk)
     plane.start_controller()
     plane.wait_devices(3)
     rid = plane.deploy(str(plane.package("clf", 1)), "--fleet", "all", "--waves", "100%", "--bake", "1s", "--max-failure", "50%")

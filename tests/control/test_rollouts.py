@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.control.conftest import ControlPlane
+from tests.control.conftest import ControlPlane, active
 from tests.fleet import wait_for
 
 
@@ -26,6 +26,6 @@ def test_good_package_reaches_20_agents_in_3_waves_then_slow_model_halts_and_rol
     waves = {d["device_id"]: d for d in second["devices"]}
     assert sum(d["status"] == "rolled-back" for d in waves.values()) == 2
     assert all(d["status"] == "cancelled" for d in waves.values() if d["wave"] > 1)
-    wait_for(lambda: all(a.active["version"] == 1 for a in plane.fleet.agents.values()), 10, "all back on v1")
+    wait_for(lambda: all(active(a)["version"] == 1 for a in plane.fleet.agents.values()), 10, "all back on v1")
     audit = [a["action"] for a in second["audit"]]
     assert "rollout halted" in audit and "device rollback-sent" in audit

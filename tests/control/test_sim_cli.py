@@ -5,24 +5,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from tests.fleet import EdgectlHome, wait_for
 
 
-def _devices(home: EdgectlHome) -> list[dict]:
-    return json.loads(home.edgectl("devices", "--json", check=True).stdout)
+def _devices(home: EdgectlHome) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads(home.edgectl("devices", "--json", check=True).stdout)
+    return rows
 
 
-def _read_json(proc: subprocess.Popen[str]) -> dict:
+def _read_json(proc: subprocess.Popen[str]) -> dict[str, Any]:
     """The indented JSON document a still-running process printed first."""
     assert proc.stdout is not None
     text = ""
     for line in proc.stdout:
         text += line
         if line.rstrip() == "}":
-            return json.loads(text)
+            document: dict[str, Any] = json.loads(text)
+            return document
     raise AssertionError(f"no JSON listing before exit: {text!r}")
 
 

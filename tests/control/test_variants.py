@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from edgectl.examples import tiny_classifier
-from tests.control.conftest import ControlPlane
+from tests.control.conftest import ControlPlane, active
 
 
 def test_each_device_gets_its_own_variant_when_payloads_are_identical(plane: ControlPlane) -> None:
@@ -29,7 +29,8 @@ def test_each_device_gets_its_own_variant_when_payloads_are_identical(plane: Con
                        "x86-000": "det v1 (cpu-x86)", "x86-001": "det v1 (cpu-x86)"}
     assert plan["skipped"] == [{"device_id": "pi-000", "target": "cpu-arm", "reason": "no package for target 'cpu-arm'"}]
     size = plan["waves"][0]["bytes"]
-    assert all(w["bytes"] == size for w in plan["waves"]) and plan["total_bytes"] == 4 * size  # each payload counted once per wave
+    # each payload counted once per wave
+    assert all(w["bytes"] == size for w in plan["waves"]) and plan["total_bytes"] == 4 * size
 
     summary = plane.ended(plane.deploy(*args))
     assert summary["status"] == "done", summary
@@ -38,5 +39,5 @@ def test_each_device_gets_its_own_variant_when_payloads_are_identical(plane: Con
     assert summary["skipped"] == [{"device_id": "pi-000", "reason": "no package for target 'cpu-arm'"}]
     assert sorted(summary["packages"]) == ["det v1 (cpu-x86)", "det v1 (jetson-orin)"]
     agents = plane.fleet.agents
-    assert len({agents[d].active["artifact_id"] for d in planned}) == 1  # one artifact, two manifests
+    assert len({active(agents[d])["artifact_id"] for d in planned}) == 1  # one artifact, two manifests
     assert agents["pi-000"].active is None

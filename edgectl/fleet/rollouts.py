@@ -1,0 +1,149 @@
+"""Staged rollouts as the operator sees them: plan and submit, summarise, steer, follow."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.errors import NotFoundError, OperationFailed, UserError
+from edgectl.config import EdgectlConfig
+from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
+from edgectl.controller.lifecycle import REQUESTS
+from edgectl.controller.planner import Plan, parse_waves, plan_rollout
+from edgectl.controller.records import FINAL, DeviceStatus, RolloutStatus
+from edgectl.controller.store import Store
+from edgectl.controller.submit import RolloutOptions, submit_rollout
+from edgectl.fleet.inventory import fleet_devices, open_store
+from edgectl.fleet.packages import load_package
+
+__all__ = [
+    "FleetRequest",
+    "check_done",
+    "check_downgrade",
+    "deploy_fleet",
+    "plan_fleet_rollout",
+    "request_action",
+    "rollout_options",
+    "rollout_summary",
+    "wait_rollout",
+]
+
+SHADOW_GATE = "agreement >= 0.99"
+
+
+@dataclass(frozen=True)
+class FleetRequest:
+    """``deploy --fleet`` as the operator typed it; :func:`rollout_options` checks it."""
+
+    artifacts: Sequence[Path]
+    selector: str
+    waves: str = "1,10%,50%,100%"
+    max_failure: str = "5%"
+    bake: str = "10m"
+    gates: Sequence[str] = field(default_factory=tuple)
+    shadow: bool = False
+    allow_downgrade: bool = False
+    dry_run: bool = False
+
+
+def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOptions:
+    """Parse and check the request's waves, rates, durations and gates; UserError names what is wrong."""
+    parse_waves(request.waves)
+    for g in request.gates:
+        parse_gate(g)
+    gates = list(request.gates)
+    if request.shadow and not any("agreement" in g for g in gates):
+        gates.append(SHADOW_GATE)
+    max_failure, bake_s = parse_rate(request.max_failure, "--max-failure"), parse_duration(request.bake, "--bake")
+    return RolloutOptions(request.selector, max_failure, bake_s, gates, request.shadow, request.allow_downgrade, wave_timeout_s)
+
+
+def check_downgrade(plan: Plan, devices: Sequence[dict[str, Any]], allow: bool) -> None:
+    """Refuse a plan that gives a device a lower version of the model it runs, unless asked to."""
+    by_id = {d["device_id"]: d for d in devices}
+    older = []
+    for d in plan.devices:
+        m = plan.packages[d.variant].manifest if d.variant else None
+        current = by_id[d.device_id]
+        if m and current.get("model") == m.name and (current.get("version") or 0) > m.version:
+            older.append(f"{d.device_id} runs v{current['version']}")
+    if older and not allow:
+        raise UserError(f"refusing a downgrade ({'; '.join(older[:5])}): pass --allow-downgrade to roll back on purpose")
+
+
+def plan_fleet_rollout(request: FleetRequest, options: RolloutOptions, packages: Sequence[Any],
+                       devices: Sequence[dict[str, Any]]) -> Plan:
+    if not devices:
+        raise UserError(f"selector {request.selector!r} matches no device (see `edgectl devices`)")
+    plan = plan_rollout(devices, packages, request.waves, options.bake_s)
+    check_downgrade(plan, devices, request.allow_downgrade)
+    return plan
+
+
+def deploy_fleet(request: FleetRequest, broker: str | None, config: EdgectlConfig) -> tuple[Plan, str | None]:
+    """Plan the rollout and, unless a dry run, record it for the controller: (plan, rollout id or None)."""
+    options = rollout_options(request, config.deploy.timeout_s)
+    with tempfile.TemporaryDirectory(prefix="edgectl-fleet-") as tmp:
+        packages = []
+        for i, path in enumerate(request.artifacts):
+            (Path(tmp) / str(i)).mkdir()
+            packages.append(load_package(path, None, None, Path(tmp) / str(i)))
+        plan = plan_fleet_rollout(request, options, packages, fleet_devices(broker, config, request.selector))
+        if request.dry_run:
+            return plan, None
+        return plan, submit_rollout(open_store(config, must_exist=False), plan, options)
+
+
+def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:
+    """The rollout and every device's part in it, as JSON-ready data."""
+    rollout = store.rollout(rollout_id)
+    if rollout is None:
+        raise NotFoundError(f"no rollout {rollout_id!r} (see `edgectl rollout list`)")
+    rows = store.rollout_devices(rollout_id)
+    spec = rollout.spec
+    return {
+        "id": rollout.id, "status": rollout.status.value, "wave": rollout.wave, "waves": spec.wave_count,
+        "phase": rollout.phase.value, "reason": rollout.reason, "created": rollout.created, "selector": spec.selector,
+        "gates": list(spec.gates), "bake_s": spec.bake_s, "max_failure": spec.max_failure,
+        "packages": [p.label for p in spec.packages],
+        "devices": [{"device_id": r.device_id, "wave": r.wave, "status": r.status.value, "state": r.state, "detail": r.detail,
+                     "variant": spec.package(r.variant).label if r.variant else None,
+                     "backend": r.data.get("backend"), "health_p95_ms": r.data.get("health_p95_ms"),
+                     "shadow": r.data.get("shadow")} for r in rows],
+        "skipped": [{"device_id": r.device_id, "reason": r.detail} for r in rows if r.status == DeviceStatus.SKIPPED],
+    }
+
+
+def request_action(store: Store, rollout_id: str, action: str, actor: str = "operator") -> None:
+    """Queue pause, resume, abort or retry-failed for the controller; refuse one that does not apply now."""
+    if action not in REQUESTS:
+        raise UserError(f"unknown rollout action {action!r} (known: {', '.join(REQUESTS)})")
+    status = rollout_summary(store, rollout_id)["status"]
+    if status not in REQUESTS[action]:
+        applies = " or ".join(s.value for s in REQUESTS[action])
+        raise UserError(f"cannot {action} rollout {rollout_id}: it is {status} ({action} applies to {applies})")
+    store.request(rollout_id, action)
+    store.audit(f"{action} requested", "", rollout_id, actor=actor)
+
+
+def wait_rollout(store: Store, rollout_id: str, on_update: Callable[[dict[str, Any]], None] | None = None,
+                 timeout_s: float = 24 * 3600, poll_s: float = 0.5) -> dict[str, Any]:
+    """Poll until the rollout ends (or ``timeout_s`` passes); return its last summary."""
+    deadline = time.monotonic() + timeout_s
+    summary = rollout_summary(store, rollout_id)
+    while summary["status"] not in FINAL and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        summary = rollout_summary(store, rollout_id)
+        if on_update is not None:
+            on_update(summary)
+    return summary
+
+
+def check_done(summary: dict[str, Any]) -> None:
+    """Raise OperationFailed (exit 5) unless the summarised rollout ended ``done``."""
+    if summary["status"] != RolloutStatus.DONE:
+        raise OperationFailed(f"rollout {summary['id']} ended {summary['status']}: {summary['reason']}")
