@@ -143,7 +143,7 @@ def _wanted(backend: Backend, hardware: Hardware) -> list[Candidate]:
 def _not_here(backend: Backend, device: Device, hardware: Hardware) -> str:
     kinds = [kind for kind, devices in backend.accelerators.items() if device in devices]
     if kinds:
-        return f"needs a {' or '.join(kinds)} accelerator: none found"
+        return f"needs {' or '.join(kinds)} hardware: none found"
     hosts = [h for h in backend.host if h.device == device]
     where = ", ".join(f"{'/'.join(h.arches or ('any arch',))} on {'/'.join(h.systems or ('any OS',))}" for h in hosts)
     return f"needs {where}: this is {hardware.cpu.arch} on {hardware.os}"

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
-from agent.backends import candidate_backends, runtime_versions
+from agent.backends import absent_backends, candidate_backends, runtime_versions
 from agent.cli.app import app
 from agent.hardware import Hardware, probe_hardware
 from agent.selection import select_backend
@@ -34,6 +34,7 @@ def probe(
         "fingerprint": hardware.fingerprint(),
         "runtimes": runtime_versions(),
         "backends": [c.name for c in candidates],
+        "absent": [a.to_dict() for a in absent_backends(hardware)],
     }
     if model is not None:
         report["selection"] = _benchmark(model, hardware, allow, budget, quiet=as_json)
@@ -79,6 +80,7 @@ def _print(report: dict[str, Any]) -> None:
         table.add_row(f"thermal {zone['zone']}", f"{zone['type']}: {zone['celsius']:.1f} °C")
     table.add_row("runtimes", ", ".join(f"{k} {v}" for k, v in report["runtimes"].items()) or "none")
     table.add_row("backends", ", ".join(report["backends"]) or "none")
+    table.add_row("not here", "\n".join(f"{a['backend']}: {a['reason']}" for a in report["absent"]) or "-")
     console.print(table)
     if "selection" in report:
         _print_selection(console, report["selection"])

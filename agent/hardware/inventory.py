@@ -28,7 +28,7 @@ class Cpu:
 @dataclass(frozen=True)
 class Accelerator:
     """One accelerator: ``kind`` is a stable key (``jetson``, ``nvidia-gpu``, ``movidius``,
-    ``intel-npu``, ``intel-gpu``, ``npu``, ``nnapi``, ``qualcomm``), ``name`` is for people."""
+    ``intel-npu``, ``intel-gpu``, ``npu``, ``nnapi``, ``qualcomm``, ``apple-silicon``), ``name`` is for people."""
 
     kind: str
     name: str
@@ -46,7 +46,7 @@ class ThermalZone:
 
 @dataclass(frozen=True)
 class Hardware:
-    """Everything the probe found under one root directory."""
+    """Everything the probe found under one root directory; ``os`` is ``linux``, ``android`` or ``macos``."""
 
     root: str
     os: str

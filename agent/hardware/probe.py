@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.hardware.android import probe_nnapi, probe_qualcomm, read_properties
+from agent.hardware.apple import mac_cpu, mac_memory, probe_apple_silicon, read_macos, read_sysctl
 from agent.hardware.cpu import probe_cpu, probe_memory
 from agent.hardware.intel import probe_accel_npus, probe_intel_gpus, probe_movidius
 from agent.hardware.inventory import Accelerator, Hardware
@@ -18,10 +19,12 @@ def probe_hardware(root: Path = Path("/")) -> Hardware:
     """Read CPU, memory, accelerators and thermal sensors from files under ``root``.
 
     Missing or unreadable files mean "not present": the probe never fails on a device that
-    lacks a subsystem.
+    lacks a subsystem. macOS is recognised by its SystemVersion.plist and read through sysctl.
     """
     root = Path(root)
-    cpu = probe_cpu(root)
+    macos = read_macos(root)
+    sysctl = read_sysctl(root) if macos is not None else {}
+    cpu = mac_cpu(sysctl) or probe_cpu(root)
     props = read_properties(root)
     accelerators: list[Accelerator] = []
     jetson = probe_jetson(root)
@@ -37,11 +40,20 @@ def probe_hardware(root: Path = Path("/")) -> Hardware:
     qualcomm = probe_qualcomm(root, props, cpu.model)
     if qualcomm:
         accelerators.append(qualcomm)
+    apple = probe_apple_silicon(sysctl, macos) if macos is not None else None
+    if apple:
+        accelerators.append(apple)
     return Hardware(
         root=str(root),
-        os="android" if "ro.build.version.sdk" in props else "linux",
+        os=_os(macos, props),
         cpu=cpu,
-        memory_bytes=probe_memory(root),
+        memory_bytes=mac_memory(sysctl) or probe_memory(root),
         accelerators=tuple(accelerators),
         thermal=tuple(probe_thermal(root)),
     )
+
+
+def _os(macos: dict[str, str] | None, props: dict[str, str]) -> str:
+    if macos is not None:
+        return "macos"
+    return "android" if "ro.build.version.sdk" in props else "linux"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends import candidate_backends
+from agent.backends import absent_backends, candidate_backends
 from agent.hardware import probe_hardware
 
 X86_CPUINFO = "".join(
@@ -201,3 +201,67 @@ def test_probe_cli_json_on_a_jetson_tree(tmp_path: Path) -> None:
     # This machine's onnxruntime build has no TensorRT: the Jetson tree gets the CPU provider only.
     assert "onnxruntime/CPUExecutionProvider" in report["backends"]
     assert "onnxruntime/TensorrtExecutionProvider" not in report["backends"]
+
+
+COREML = "CoreMLExecutionProvider"
+M2_SYSCTL = (
+    "machdep.cpu.brand_string: Apple M2\nhw.ncpu: 8\nhw.memsize: 17179869184\nhw.optional.arm64: 1\n"
+    "hw.optional.neon: 1\nhw.optional.arm.FEAT_DotProd: 1\nhw.optional.arm.FEAT_FP16: 1\nhw.optional.arm.FEAT_I8MM: 0\n"
+    "kern.ostype: Darwin\n"
+)
+
+
+def macos(root: Path, sysctl: str = M2_SYSCTL) -> Path:
+    """A Mac as a tree: SystemVersion.plist says macOS, a `sysctl -a` dump says which chip."""
+    import plistlib
+
+    plist = {"ProductName": "macOS", "ProductVersion": "14.4.1", "ProductBuildVersion": "23E224"}
+    write(root, "System/Library/CoreServices/SystemVersion.plist", plistlib.dumps(plist))
+    write(root, "sysctl.txt", sysctl)
+    return root
+
+
+def test_apple_silicon_mac_from_plist_and_sysctl(tmp_path: Path) -> None:
+    hw = probe_hardware(macos(tmp_path))
+    assert hw.os == "macos"
+    assert (hw.cpu.model, hw.cpu.vendor, hw.cpu.arch, hw.cpu.cores) == ("Apple M2", "Apple", "aarch64", 8)
+    assert hw.cpu.features == ("dotprod", "fp16", "neon")
+    assert hw.memory_bytes == 16 * 2**30
+    acc = hw.accelerator("apple-silicon")
+    assert acc is not None and acc.name == "Apple M2" and acc.details == {"macos": "14.4.1", "build": "23E224"}
+
+
+def test_intel_mac_and_linux_trees_have_no_apple_silicon(tmp_path: Path) -> None:
+    intel = macos(tmp_path / "intel", "machdep.cpu.brand_string: Intel(R) Core(TM) i7-8569U CPU @ 2.80GHz\nhw.ncpu: 8\n"
+                                      "hw.optional.avx2_0: 1\nhw.optional.arm64: 0\n")
+    hw = probe_hardware(intel)
+    assert hw.os == "macos" and hw.accelerators == () and hw.cpu.arch == "x86_64" and hw.cpu.features == ("avx2",)
+    linux = probe_hardware(plain_x86(tmp_path / "linux"))
+    assert linux.os == "linux" and not linux.has("apple-silicon")
+
+
+def test_coreml_is_a_candidate_on_apple_silicon_when_onnxruntime_offers_it(tmp_path: Path) -> None:
+    hw = probe_hardware(macos(tmp_path))
+    found = candidate_backends(hw, offered={"onnxruntime": [COREML, "CPUExecutionProvider"], "openvino": []})
+    assert [c.name for c in found] == [f"onnxruntime/{COREML}", f"onnxruntime/{COREML}", "onnxruntime/CPUExecutionProvider"]
+    assert [c.options["ModelFormat"] for c in found[:2]] == ["MLProgram", "NeuralNetwork"]
+    assert found[0].declaration() is not None and found[0].declaration().precisions == ("fp32", "fp16")  # type: ignore[union-attr]
+    # A Linux-style onnxruntime build on the Mac: no CoreML, and the probe says so.
+    without = candidate_backends(hw, offered={"onnxruntime": ["CPUExecutionProvider"], "openvino": []})
+    assert [c.name for c in without] == ["onnxruntime/CPUExecutionProvider"]
+    absent = {a.name: a.reason for a in absent_backends(hw, offered={"onnxruntime": ["CPUExecutionProvider"], "openvino": []})}
+    assert absent[f"onnxruntime/{COREML}"].startswith(f"the installed onnxruntime does not offer {COREML}")
+
+
+def test_linux_probe_has_no_coreml_and_says_why(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli.main", "probe", "--root", str(plain_x86(tmp_path)), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert f"onnxruntime/{COREML}" not in report["backends"]
+    absent = {a["backend"]: a["reason"] for a in report["absent"]}
+    assert absent[f"onnxruntime/{COREML}"] == (
+        "needs apple-silicon hardware: none found (CoreML runs on Apple silicon under macOS, "
+        "in onnxruntime's macOS and iOS builds)")

@@ -125,7 +125,7 @@ def test_toy_backend_becomes_a_candidate_ranked_first(registry: BackendRegistry)
 def test_absent_toy_device_says_why(registry: BackendRegistry) -> None:
     offered = {"onnxruntime": ["CPUExecutionProvider"], "openvino": ["CPU"], "toy": ["TOYCPU"]}
     absent = {a.name: a.reason for a in absent_backends(board(), offered=offered, registry=registry)}
-    assert absent["toy/TOY"] == "needs a toy-npu accelerator: none found (only on boards with a toy NPU)"
+    assert absent["toy/TOY"] == "needs toy-npu hardware: none found (only on boards with a toy NPU)"
     assert absent["toy/TOYCPU"] == "needs riscv64 on any OS: this is x86_64 on linux"
     absent = {a.name: a.reason for a in absent_backends(board("toy-npu"), offered={**offered, "toy": []}, registry=registry)}
     assert absent["toy/TOY"].startswith("toy is not installed")
