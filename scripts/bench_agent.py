@@ -7,6 +7,9 @@
    float input: p50 overhead goal <= 1 ms.
 3. Resident memory of an edge-agent-like process (registry + HTTP server) with no model and with
    a small model published.
+4. The endpoint under load (``--only load`` runs just this): throughput and p99 at 1, 8, 64 and
+   200 concurrent clients against the same number of threads calling the runner in-process; goal
+   at 64 clients >= 0.8x in-process throughput, and zero connection resets at 200.
 """
 
 from __future__ import annotations
@@ -31,17 +34,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchdoc import replace_section  # noqa: E402
+from benchdoc import machine, replace_section, write_section  # noqa: E402
 
 from agent.backends import Candidate  # noqa: E402
 from agent.hardware import probe_hardware  # noqa: E402
 from agent.selection import select_backend  # noqa: E402
 from agent.serving import InferenceServer, ModelRegistry  # noqa: E402
+from tests.checkout import checkout_env  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "models"
 COMMAND = "./scripts/bench agent"
 PICK_MARGIN = 0.05
 OVERHEAD_GOAL_MS = 1.0
+LOAD_LEVELS = (1, 8, 64, 200)
+LOAD_GOAL_RATIO = 0.8
 
 
 def real_models() -> list[tuple[str, Path, dict[str, np.ndarray]]]:
@@ -224,7 +230,7 @@ def bench_rss(small_model: Path) -> dict[str, float]:
     result = {}
     for label, args in (("no model", []), (f"small model ({small_model.name}, onnxruntime CPU)", [str(small_model)])):
         proc = subprocess.Popen([sys.executable, "-c", _AGENT_PROCESS, *args], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, cwd=ROOT, text=True)
+                                stdout=subprocess.PIPE, cwd=ROOT, env=checkout_env(), text=True)
         assert proc.stdout is not None and proc.stdin is not None
         proc.stdout.readline()
         time.sleep(1.0)  # let lazy allocations settle: we want the idle figure
@@ -234,12 +240,156 @@ def bench_rss(small_model: Path) -> dict[str, float]:
     return result
 
 
+_LOAD_SERVER = """
+import sys
+from pathlib import Path
+from agent.backends import Candidate
+from agent.serving import InferenceServer, ModelRegistry
+registry = ModelRegistry()
+registry.publish("m", "1", Candidate("onnxruntime", "CPUExecutionProvider").open(Path(sys.argv[1])), {})
+server = InferenceServer(registry, max_request_bytes=8 * 2**20)
+server.start()
+print(server.port, flush=True)
+sys.stdin.read()
+"""
+
+
+def _hammer(clients: int, seconds: float, call: Callable[[Any], None], setup: Callable[[], Any]) -> dict[str, Any]:
+    """``clients`` threads calling ``call`` for ``seconds``: ok count, p99, and what went wrong."""
+    import threading
+
+    latencies: list[float] = []
+    outcome: dict[str, int] = {"ok": 0, "503": 0, "reset": 0, "other": 0}
+    lock = threading.Lock()
+    start_line = threading.Barrier(clients + 1)
+    deadline = [0.0]
+
+    def worker() -> None:
+        state = setup()
+        start_line.wait()
+        while time.perf_counter() < deadline[0]:
+            t0 = time.perf_counter()
+            try:
+                call(state)
+                kind = "ok"
+            except _Busy:
+                kind = "503"
+            except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected):
+                kind, state = "reset", setup()
+            except Exception:
+                kind, state = "other", setup()
+            with lock:
+                outcome[kind] += 1
+                if kind == "ok":
+                    latencies.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    deadline[0] = time.perf_counter() + seconds
+    start_line.wait()
+    for t in threads:
+        t.join(seconds + 60)
+    return {"rps": outcome["ok"] / seconds, "p99_ms": float(np.percentile(latencies, 99)) * 1000 if latencies else float("nan"),
+            **outcome}
+
+
+class _Busy(Exception):
+    """The server answered 503 (queue or budget full): back-pressure, not a failure."""
+
+
+def bench_load(work: Path, seconds: float) -> list[dict[str, Any]]:
+    """The endpoint (server in its own process, like the agent) against in-process calls, per client count."""
+    model = convnet(work / "load.onnx")
+    x = np.random.default_rng(5).random((1, 3, 224, 224), dtype=np.float32)
+    runner = Candidate("onnxruntime", "CPUExecutionProvider").open(model)
+    runner.activate()
+    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3, 224, 224],
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "parameters": {"binary_data_output": True}}).encode()
+    body = header + x.tobytes()
+    proc = subprocess.Popen([sys.executable, "-c", _LOAD_SERVER, str(model)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, cwd=ROOT, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    port = int(proc.stdout.readline())
+
+    def connect() -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def over_http(conn: http.client.HTTPConnection) -> None:
+        conn.request("POST", "/v2/models/m/infer", body=body,
+                     headers={"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"})
+        response = conn.getresponse()
+        response.read()
+        if response.status == 503:
+            raise _Busy
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}")
+
+    rows = []
+    try:
+        for clients in LOAD_LEVELS:
+            inproc = _hammer(clients, seconds, lambda _: runner.infer({"x": x}, check=False), lambda: None)
+            endpoint = _hammer(clients, seconds, over_http, connect)
+            rows.append({"clients": clients, "in_process": inproc, "endpoint": endpoint,
+                         "ratio": endpoint["rps"] / inproc["rps"] if inproc["rps"] else float("nan")})
+            print(f"  {clients:3d} clients: in-process {inproc['rps']:7.1f}/s p99 {inproc['p99_ms']:7.2f} ms | endpoint "
+                  f"{endpoint['rps']:7.1f}/s p99 {endpoint['p99_ms']:7.2f} ms  ratio {rows[-1]['ratio']:.2f}  "
+                  f"503 {endpoint['503']}  resets {endpoint['reset']}  other errors {endpoint['other']}")
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        runner.close()
+    return rows
+
+
+def load_verdict(rows: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """(64-client throughput goal met, zero resets at 200 clients)."""
+    by = {r["clients"]: r for r in rows}
+    return by[64]["ratio"] >= LOAD_GOAL_RATIO, by[200]["endpoint"]["reset"] == 0 and by[200]["endpoint"]["other"] == 0
+
+
+def load_markdown(rows: list[dict[str, Any]], seconds: float) -> str:
+    ratio_ok, resets_ok = load_verdict(rows)
+    lines = [f"Machine: {machine()}. Model: the generated 5-conv backbone on 1x3x224x224 float32 (onnxruntime CPU, "
+             f"binary tensors, 600 KB per request). Server in its own process with the default limits (4 workers, queue 64); "
+             f"clients are threads with one keep-alive `http.client` connection each, {seconds:g} s per level; the in-process "
+             "column is the same number of threads calling `runner.infer` directly.", "",
+             f"Goal at 64 clients: endpoint >= {LOAD_GOAL_RATIO}x in-process throughput — {'PASS' if ratio_ok else 'FAIL'}; "
+             f"zero resets at 200 clients — {'PASS' if resets_ok else 'FAIL'}.", "",
+             "| clients | in-process req/s | in-process p99 ms | endpoint req/s | endpoint p99 ms | ratio | 503 | resets | other errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        i, e = r["in_process"], r["endpoint"]
+        lines.append(f"| {r['clients']} | {i['rps']:.1f} | {i['p99_ms']:.2f} | {e['rps']:.1f} | {e['p99_ms']:.2f} | "
+                     f"{r['ratio']:.2f} | {e['503']} | {e['reset']} | {e['other']} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=3.0, help="seconds of timing per model (selection and recheck each)")
     parser.add_argument("--api-seconds", type=float, default=6.0, help="seconds of interleaved API timing")
+    parser.add_argument("--load-seconds", type=float, default=4.0, help="seconds per client count in the load test")
+    parser.add_argument("--only", choices=["load"], help="run only the endpoint load test")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = parser.parse_args()
+    if args.only != "load":
+        run_all(args)
+    print(f"4. the endpoint under load against in-process calls ({', '.join(map(str, LOAD_LEVELS))} clients)")
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = bench_load(Path(tmp), args.load_seconds)
+    ratio_ok, resets_ok = load_verdict(rows)
+    print(f"endpoint at 64 clients >= {LOAD_GOAL_RATIO}x in-process: {'PASS' if ratio_ok else 'FAIL'}; "
+          f"zero resets at 200 clients: {'PASS' if resets_ok else 'FAIL'}")
+    command = COMMAND + (" --only load" if args.only else "")
+    print(f"rerun: {command}")
+    if not args.no_write:
+        write_section("agent endpoint under load", command, load_markdown(rows, args.load_seconds))
+
+
+def run_all(args: argparse.Namespace) -> None:
+    """Parts 1 to 3."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         print("1. backend choice (median ms per candidate; pick re-checked independently)")

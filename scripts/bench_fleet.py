@@ -35,6 +35,7 @@ from edgectl.controller import SqliteStore  # noqa: E402
 from edgectl.keys import Keyring  # noqa: E402
 from edgectl.package import BuildOptions, build_package  # noqa: E402
 from tests.brokers import start_mosquitto  # noqa: E402
+from tests.checkout import checkout_env  # noqa: E402
 
 COMMAND = "./scripts/bench fleet"
 LAG_GOAL_S, FANOUT_GOAL = 1.0, 2.0  # keeping up: p95 ingest lag under one telemetry period
@@ -50,7 +51,7 @@ class Bench:
         self.home = work / "home"
         self.home.mkdir()
         self.broker = start_mosquitto(work / "broker")
-        self.env = {**os.environ, "EDGECTL_HOME": str(self.home), "EDGECTL_BROKER": self.broker.url, "PYTHONUNBUFFERED": "1"}
+        self.env = checkout_env(EDGECTL_HOME=str(self.home), EDGECTL_BROKER=self.broker.url, PYTHONUNBUFFERED="1")
         os.environ.update(EDGECTL_HOME=str(self.home))
         self.ring = Keyring(self.home / "keys")
         self.ring.init("package")

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.checkout import checkout_env
+
 __all__ = ["BrokerProcess", "free_port", "start_embedded", "start_mosquitto", "wait_port"]
 
 
@@ -40,6 +42,7 @@ class BrokerProcess:
     port: int
     log: Path
     process: subprocess.Popen[bytes] | None = field(default=None)
+    env: dict[str, str] | None = None  # None: this process's environment
 
     @property
     def url(self) -> str:
@@ -47,7 +50,7 @@ class BrokerProcess:
 
     def start(self) -> BrokerProcess:
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         wait_port(self.port)
         return self
 
@@ -95,4 +98,4 @@ def start_embedded(workdir: Path, port: int | None = None) -> BrokerProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     argv = [sys.executable, "-m", "edgectl.cli.main", "broker", "--port", str(port)]
-    return BrokerProcess(argv, port, workdir / "embedded-broker.log").start()
+    return BrokerProcess(argv, port, workdir / "embedded-broker.log", env=checkout_env()).start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,10 +16,9 @@ from typing import Any
 import yaml
 
 from tests.brokers import free_port
+from tests.checkout import checkout_env
 
 __all__ = ["AgentProcess", "EdgectlHome", "wait_for"]
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
@@ -42,7 +40,7 @@ class EdgectlHome:
     broker_url: str
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "EDGECTL_HOME": str(self.path), "EDGECTL_BROKER": self.broker_url, "PYTHONUNBUFFERED": "1"}
+        return checkout_env(EDGECTL_HOME=str(self.path), EDGECTL_BROKER=self.broker_url, PYTHONUNBUFFERED="1")
 
     def edgectl(self, *args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([sys.executable, "-m", "edgectl.cli.main", *args], env=self.env(), text=True,
@@ -86,7 +84,8 @@ class AgentProcess:
         self.http_port = self.http_port or free_port()
         config = {
             "device_id": self.device_id, "broker": self.broker_url, "state_dir": str(self.state_dir),
-            "trust": {"packages": [str(p) for p in self.package_keys], "controllers": [str(p) for p in self.controller_keys]}, "target": self.target,
+            "trust": {"packages": [str(p) for p in self.package_keys], "controllers": [str(p) for p in self.controller_keys]},
+            "target": self.target,
             "inference": {"port": self.http_port}, "telemetry_interval_s": 1.0,
             "deploy": {"request_interval_s": 1.0, "selection_budget_s": 0.5, "health_runs": 5},
             **self.extra,
@@ -97,14 +96,17 @@ class AgentProcess:
 
     def start(self) -> AgentProcess:
         config = self.write_config()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env_extra}
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "agent.cli.main", "run", "--config", str(config), *self.extra_args()],
-                stdout=out, stderr=subprocess.STDOUT, env=env,
+                stdout=out, stderr=subprocess.STDOUT, env=self.env(),
             )
         wait_for(self.ready, 60, f"{self.device_id}'s inference API")
         return self
+
+    def env(self) -> dict[str, str]:
+        """The agent's environment: this checkout's code first, then ``env_extra``."""
+        return checkout_env(PYTHONUNBUFFERED="1", **self.env_extra)
 
     def extra_args(self) -> list[str]:
         """Command-line arguments added after ``run --config FILE`` (a seam for test hooks)."""
@@ -115,14 +117,14 @@ class AgentProcess:
             raise AssertionError(f"agent {self.device_id} exited with {self.process.returncode}:\n{self.log_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/v2/health/live", timeout=1) as r:
-                return r.status == 200
+                return bool(r.status == 200)
         except OSError:
             return False
 
     def model_ready(self, name: str) -> bool:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/v2/models/{name}/ready", timeout=1) as r:
-                return r.status == 200
+                return bool(r.status == 200)
         except OSError:
             return False
 
@@ -154,7 +156,8 @@ class AgentProcess:
             data = json.loads((self.state_dir / "active.json").read_text())
         except (OSError, ValueError):
             return None
-        return data.get("active")
+        active: dict[str, Any] | None = data.get("active")
+        return active
 
     def http(self, path: str, body: bytes | None = None) -> Any:
         request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}", data=body,
