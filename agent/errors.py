@@ -33,6 +33,7 @@ __all__ = [
     "ProtocolError",
     "UserError",
     "VerificationError",
+    "one_line",
 ]
 
 
@@ -90,3 +91,9 @@ class InternalError(EdgeError):
     """A bug in edgectl or edge-agent."""
 
     exit_code = 1
+
+
+def one_line(exc: BaseException) -> str:
+    """The whole message of ``exc`` on one line (runtimes put the reason after a source location line)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return text or type(exc).__name__

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import os
 import tarfile
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,14 +15,17 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent import __version__
-from agent.errors import ModelError, PackageError
+from agent.backends import TensorSpec
+from agent.errors import ModelError, OperationFailed, PackageError, UserError
+from agent.feeds import graph_inputs, resolve_shapes, synthetic_feeds
 from agent.modelcheck import load_model_checked
 from agent.protocol.chunks import DEFAULT_CHUNK_SIZE, chunk_digests
 from agent.protocol.envelope import MANIFEST_TYPE, Envelope, TrustedKeys, sign
 from agent.protocol.manifest import FileEntry, Manifest, PayloadInfo, TargetInfo, TensorSignature
 from agent.protocol.package import ENVELOPE_MEMBER, PAYLOAD_MEMBER, open_package, sha256_file
+from agent.sandbox import Limits, run_model
 
-__all__ = ["BuildOptions", "Package", "build_package", "read_package"]
+__all__ = ["BuildOptions", "Limits", "Package", "build_package", "read_package"]
 
 MODEL_FILE = "model.onnx"
 GOLDEN_FILE = "golden.npz"
@@ -32,10 +35,14 @@ GOLDEN_FILE = "golden.npz"
 class BuildOptions:
     name: str
     version: int
-    target: TargetInfo = TargetInfo("any")
+    target: TargetInfo = field(default_factory=lambda: TargetInfo("any"))
     chunk_size: int = DEFAULT_CHUNK_SIZE
     valid_days: float = 90.0
-    golden_samples: int = 1
+    golden_samples: int = 1  # 0: no smoke test; with golden_dir, how many samples to stack
+    golden_dir: Path | None = None  # real inputs, in the formats `quantize --calib` reads
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    preprocess: Path | None = None  # image preprocessing YAML for golden_dir images
+    limits: Limits = field(default_factory=Limits)  # for the child that runs the model to record golden outputs
     health: dict[str, Any] = field(default_factory=dict)
     reports: dict[str, Any] = field(default_factory=dict)
 
@@ -52,10 +59,11 @@ class Package:
 
 def build_package(model_path: Path, options: BuildOptions, key: Ed25519PrivateKey, out: Path) -> Manifest:
     """Write a signed .edgepkg for ``model_path`` to ``out`` (atomically) and return its manifest."""
-    load_model_checked(model_path)
+    specs = graph_inputs(load_model_checked(model_path))
+    feeds = _golden_feeds(specs, options) if options.golden_samples > 0 else None
     with tempfile.TemporaryDirectory(prefix="edgepkg-") as tmp:
         work = Path(tmp)
-        inputs, outputs = _write_golden(model_path, work / GOLDEN_FILE, options.golden_samples)
+        inputs, outputs = _record_golden(model_path, feeds, work / GOLDEN_FILE, options.limits)
         files = {MODEL_FILE: model_path}
         if options.golden_samples > 0:  # 0: no smoke test (outputs that cannot be recorded, e.g. random)
             files[GOLDEN_FILE] = work / GOLDEN_FILE
@@ -84,10 +92,19 @@ def build_package(model_path: Path, options: BuildOptions, key: Ed25519PrivateKe
     return manifest
 
 
-def read_package(path: Path, trusted: TrustedKeys, workdir: Path) -> Package:
-    """Open ``path`` as a device would: check the signature, then the payload's size and sha256."""
-    envelope, payload = open_package(path, workdir)
-    manifest = Manifest.from_bytes(trusted.verify(envelope, MANIFEST_TYPE))
+def read_package(path: Path, trusted: TrustedKeys, workdir: Path, max_bytes: int | None = None) -> Package:
+    """Open ``path`` as a device would: check the signature, then copy the payload and check its size and sha256."""
+    verified: list[Manifest] = []
+
+    def check(envelope: Envelope) -> int:  # the signature, before any payload byte is written
+        verified.append(Manifest.from_bytes(trusted.verify(envelope, MANIFEST_TYPE)))
+        size = verified[0].payload.size
+        if max_bytes is not None and size > max_bytes:
+            raise PackageError(f"{path}: the payload is {size} bytes, over the limit of {max_bytes}")
+        return size
+
+    envelope, payload = open_package(path, workdir, check)
+    manifest = verified[0]
     if payload.stat().st_size != manifest.payload.size or sha256_file(payload) != manifest.payload.sha256:
         raise PackageError(f"{path}: payload does not match the signed manifest")
     return Package(path, envelope, manifest, payload)
@@ -104,48 +121,53 @@ def _write_tar(path: Path, files: dict[str, Path]) -> None:
                 tar.addfile(info, f)
 
 
-def _write_golden(model_path: Path, out: Path, samples: int) -> tuple[tuple[TensorSignature, ...], tuple[TensorSignature, ...]]:
-    """Run reproducible inputs through ORT CPU; save them with the outputs as the smoke test."""
-    import onnxruntime as ort
+def _golden_feeds(specs: list[TensorSpec], options: BuildOptions) -> dict[str, np.ndarray]:
+    """Golden inputs: samples from ``--golden DIR``, else synthesized in the given or fixed shapes."""
+    if options.golden_dir is None:
+        shapes = resolve_shapes(specs, options.input_shapes, batch=options.golden_samples, alternative="--golden DIR")
+        return synthetic_feeds(specs, shapes)
+    from quantize.samples import InputSpec, SampleSet  # host-only: the reader behind --calib
 
+    names = {s.name for s in specs}
+    unknown = sorted(set(options.input_shapes) - names)
+    if unknown:
+        raise UserError(f"--input-shape names {', '.join(unknown)}: the model's inputs are {', '.join(sorted(names))}")
+    if any(s.dtype == "object" for s in specs):
+        raise ModelError("the model takes strings: golden samples of strings are not supported yet")
+    sample_specs = [
+        InputSpec(s.name, np.dtype(s.dtype),
+                  list(options.input_shapes.get(s.name) or [d if isinstance(d, int) else None for d in s.shape]))
+        for s in specs
+    ]
+    samples = list(SampleSet.from_dir(options.golden_dir, sample_specs, options.preprocess, limit=options.golden_samples))
+    if len(samples) == 1:
+        return samples[0]
+    fixed = [s.name for s in specs if s.shape and isinstance(s.shape[0], int)]
+    if fixed:
+        raise UserError(f"input {fixed[0]!r} has a fixed batch: {len(samples)} golden samples cannot be stacked "
+                        "(use --golden-samples 1)")
     try:
-        session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own types for unloadable models
-        raise ModelError(f"{model_path}: onnxruntime cannot load the model: {str(exc).splitlines()[0]}") from exc
-    rng = np.random.default_rng(20261121)
-    sig = lambda items: tuple(TensorSignature(i.name, _np_dtype(i.type), tuple(i.shape)) for i in items)  # noqa: E731
-    if samples <= 0:
-        return sig(session.get_inputs()), sig(session.get_outputs())
-    feeds = {i.name: _sample(i.type, i.shape, samples, rng, i.name) for i in session.get_inputs()}
-    results = session.run(None, feeds)
-    arrays: dict[str, np.ndarray] = {f"input:{k}": v for k, v in feeds.items()}
-    for meta, value in zip(session.get_outputs(), results, strict=False):
-        if isinstance(value, np.ndarray) and value.dtype != object:
-            arrays[f"output:{meta.name}"] = value
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    out.write_bytes(buf.getvalue())
-    return sig(session.get_inputs()), sig(session.get_outputs())
+        return {s.name: np.concatenate([sample[s.name] for sample in samples]) for s in specs}
+    except ValueError as exc:
+        raise UserError(f"{options.golden_dir}: the golden samples differ in shape and cannot be stacked ({exc})") from exc
 
 
-_ORT_TYPES = {
-    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
-    "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int8)": "int8", "tensor(uint8)": "uint8",
-    "tensor(bool)": "bool", "tensor(string)": "object",
-}
+def _record_golden(model_path: Path, feeds: dict[str, np.ndarray] | None, out: Path,
+                   limits: Limits) -> tuple[tuple[TensorSignature, ...], tuple[TensorSignature, ...]]:
+    """Run ``feeds`` through ORT CPU in a limited child; save them with the outputs as the smoke test."""
+    run = run_model(model_path, feeds, out if feeds is not None else None, limits)
+    if run.kind == "load":
+        raise ModelError(f"{model_path}: onnxruntime cannot load the model: {run.detail}")
+    if run.kind == "memory":
+        raise OperationFailed(f"{model_path}: running the model took more than the {limits.memory_mb} MiB memory limit "
+                              f"(--memory-mb): {run.detail}")
+    if run.kind == "timeout":
+        raise OperationFailed(f"{model_path}: the model did not finish within {limits.timeout_s:g}s (--timeout): "
+                              "it may loop forever")
+    if not run.ok:
+        raise OperationFailed(f"{model_path}: the model failed on its golden inputs: {run.detail}")
+    return _signature(run.inputs), _signature(run.outputs)
 
 
-def _np_dtype(ort_type: str) -> str:
-    return _ORT_TYPES.get(ort_type, "object")
-
-
-def _sample(ort_type: str, shape: list[Any], batch: int, rng: np.random.Generator, name: str) -> np.ndarray:
-    dtype = _np_dtype(ort_type)
-    dims = [d if isinstance(d, int) and d > 0 else (batch if i == 0 else 1) for i, d in enumerate(shape)]
-    if dtype == "object":
-        raise ModelError(f"input {name!r} takes strings: give golden inputs explicitly (not supported yet)")
-    if dtype.startswith("float"):
-        return rng.standard_normal(dims).astype(dtype)
-    if dtype == "bool":
-        return rng.integers(0, 2, dims).astype(bool)
-    return rng.integers(0, 10, dims).astype(dtype)
+def _signature(items: list[tuple[str, str, list[Any]]]) -> tuple[TensorSignature, ...]:
+    return tuple(TensorSignature(name, dtype, tuple(shape)) for name, dtype, shape in items)

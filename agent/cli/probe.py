@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
@@ -14,19 +15,25 @@ from rich.table import Table
 
 from agent.backends import absent_backends, candidate_backends, runtime_versions
 from agent.cli.app import app
+from agent.feeds import model_inputs, parse_input_shapes, resolve_shapes, synthetic_feeds
 from agent.hardware import Hardware, probe_hardware
 from agent.selection import select_backend
 
 
 @app.command()
 def probe(
-    root: Path = typer.Option(Path("/"), "--root", help="Root directory to read the hardware from (a device image or test tree)."),
+    root: Path = typer.Option(Path("/"), "--root",
+                              help="Root directory to read the hardware from (a device image or test tree)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document instead of tables."),
-    model: Path | None = typer.Option(None, "--model", exists=True, dir_okay=False, help="Also benchmark every candidate backend on this ONNX model."),
+    model: Path | None = typer.Option(None, "--model", exists=True, dir_okay=False,
+                                      help="Also benchmark every candidate backend on this ONNX model."),
     budget: float = typer.Option(5.0, "--budget", min=0.1, help="Seconds to spend timing the candidates of --model."),
     allow: list[str] | None = typer.Option(None, "--allow", help="Allowed execution provider or backend (repeat); default: all."),
+    input_shape: list[str] = typer.Option([], "--input-shape",
+                                          help="Shape of a dynamic input of --model, NAME=1x3x640x640 (repeatable)."),
 ) -> None:
     """Print the detected hardware, the available backends and, with --model, a benchmark table."""
+    feeds = _feeds(model, input_shape) if model is not None else None
     hardware = probe_hardware(root)
     candidates = candidate_backends(hardware, allow)
     report: dict[str, Any] = {
@@ -37,14 +44,22 @@ def probe(
         "absent": [a.to_dict() for a in absent_backends(hardware)],
     }
     if model is not None:
-        report["selection"] = _benchmark(model, hardware, allow, budget, quiet=as_json)
+        report["selection"] = _benchmark(model, hardware, allow, budget, feeds, quiet=as_json)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
     _print(report)
 
 
-def _benchmark(model: Path, hardware: Hardware, allow: list[str] | None, budget: float, quiet: bool) -> dict[str, Any]:
+def _feeds(model: Path, input_shape: list[str]) -> dict[str, np.ndarray] | None:
+    """Inputs in the shapes given; a dynamic dim other than the batch without one is refused (never 1x1)."""
+    specs = model_inputs(model)
+    shapes = resolve_shapes(specs, parse_input_shapes(input_shape))
+    return synthetic_feeds(specs, shapes) if input_shape else None  # None: the selector generates its own
+
+
+def _benchmark(model: Path, hardware: Hardware, allow: list[str] | None, budget: float,
+               feeds: dict[str, np.ndarray] | None, quiet: bool) -> dict[str, Any]:
     """Measure every candidate afresh (a throw-away cache: probe never reuses a decision)."""
     with tempfile.TemporaryDirectory() as cache, Progress(
         SpinnerColumn(), TextColumn("{task.description}"), transient=True, disable=quiet
@@ -54,7 +69,7 @@ def _benchmark(model: Path, hardware: Hardware, allow: list[str] | None, budget:
             model,
             hardware=hardware,
             allowed_providers=allow,
-            golden=None,
+            golden=feeds,
             expected=None,
             cache_dir=Path(cache),
             time_budget_s=budget,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -35,19 +35,32 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def open_package(path: Path, workdir: Path) -> tuple[Envelope, Path]:
-    """Read a .edgepkg: return its envelope and the path of its payload copied into ``workdir``."""
+def open_package(path: Path, workdir: Path, check: Callable[[Envelope], int] | None = None) -> tuple[Envelope, Path]:
+    """Read a .edgepkg: return its envelope and the path of its payload copied into ``workdir``.
+
+    ``check`` verifies the envelope before a byte of payload is written and returns the payload
+    size its signed manifest states: a payload member of any other size is refused. Sparse members
+    and members larger than the archive itself (a 10 KB file that would expand to gigabytes) are
+    refused before anything is written, and so is a payload larger than the free space."""
+    archive_size = path.stat().st_size if path.is_file() else 0
     try:
         with tarfile.open(path, "r:") as tar:
             members = {m.name: m for m in tar.getmembers()}
             if set(members) != {ENVELOPE_MEMBER, PAYLOAD_MEMBER}:
                 raise PackageError(f"{path}: expected exactly {ENVELOPE_MEMBER} and {PAYLOAD_MEMBER}, found {sorted(members)}")
             for m in members.values():
-                if not m.isfile():
-                    raise PackageError(f"{path}: member {m.name} is not a regular file")
+                if not m.isfile() or m.issparse():
+                    raise PackageError(f"{path}: member {m.name} is {'sparse' if m.issparse() else 'not a regular file'}")
+                if m.size > archive_size:
+                    raise PackageError(f"{path}: member {m.name} claims {m.size} bytes, more than the package holds")
             if members[ENVELOPE_MEMBER].size > MAX_ENVELOPE:
                 raise PackageError(f"{path}: {ENVELOPE_MEMBER} is larger than {MAX_ENVELOPE} bytes")
             envelope = Envelope.from_bytes(_read(tar, members[ENVELOPE_MEMBER]))
+            size = members[PAYLOAD_MEMBER].size
+            if check is not None and check(envelope) != size:
+                raise PackageError(f"{path}: {PAYLOAD_MEMBER} is {size} bytes, the signed manifest says otherwise")
+            if shutil.disk_usage(workdir).free < size:
+                raise PackageError(f"{path}: {size} bytes of payload do not fit in the free space of {workdir}")
             payload = workdir / PAYLOAD_MEMBER
             with _member(tar, members[PAYLOAD_MEMBER]) as src, payload.open("wb") as dst:
                 shutil.copyfileobj(src, dst)
@@ -97,8 +110,8 @@ def _check_member(member: tarfile.TarInfo, expected: Mapping[str, FileEntry], se
     name = member.name
     if name.startswith("/") or ".." in name.split("/") or "\\" in name:
         raise PackageError(f"payload member {name!r}: unsafe path")
-    if not member.isfile():
-        raise PackageError(f"payload member {name!r}: links, devices and directories are not allowed")
+    if not member.isfile() or member.issparse():
+        raise PackageError(f"payload member {name!r}: links, devices, directories and sparse files are not allowed")
     entry = expected.get(name)
     if entry is None:
         raise PackageError(f"payload member {name!r} is not listed in the manifest")

@@ -106,11 +106,28 @@ def build(
     target: str = typer.Option("any", "--target", help="Target profile the package is for ('any': every device)."),
     valid_days: float = typer.Option(90.0, "--valid-days", help="Days until the manifest expires."),
     chunk_size: int = typer.Option(64 * 1024, "--chunk-size", help="Transfer chunk size in bytes."),
+    golden: Path | None = typer.Option(None, "--golden", file_okay=False,
+                                       help="Folder of real input samples for the golden data (same formats as "
+                                            "`quantize --calib`: .npy, .npz, JPEG/PNG)."),
+    golden_samples: int = typer.Option(1, "--golden-samples", min=0,
+                                       help="Samples in the golden data (stacked on the batch axis; 0: none)."),
+    input_shape: list[str] = typer.Option([], "--input-shape",
+                                          help="Shape of a dynamic input, NAME=1x3x640x640 (repeatable)."),
+    preprocess: Path | None = typer.Option(None, "--preprocess", exists=True, dir_okay=False,
+                                           help="YAML with image preprocessing for --golden images (as in quantize)."),
+    memory_mb: int = typer.Option(8192, "--memory-mb", min=64,
+                                  help="Address-space limit of the child that runs the model to record golden outputs."),
+    timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds that child may run."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
-    """Package MODEL with golden data into a signed .edgepkg."""
+    """Package MODEL with golden data into a signed .edgepkg (the model runs in a child under limits)."""
+    from agent.feeds import parse_input_shapes
+    from edgectl.package import Limits
+
     out = out or Path(f"{name}-{version}.edgepkg")
-    options = BuildOptions(name=name, version=version, target=_target_info(target), chunk_size=chunk_size, valid_days=valid_days)
+    options = BuildOptions(name=name, version=version, target=_target_info(target), chunk_size=chunk_size, valid_days=valid_days,
+                           golden_samples=golden_samples, golden_dir=golden, input_shapes=parse_input_shapes(input_shape),
+                           preprocess=preprocess, limits=Limits(memory_mb, timeout))
     manifest = build_package(model, options, Keyring().signing_key("package"), out)
     if as_json:
         import json
@@ -133,18 +150,24 @@ def _target_info(name: str) -> TargetInfo:
 @app.command()
 def verify(
     package: Path = typer.Argument(..., exists=True, dir_okay=False, help="The .edgepkg to check."),
-    key: list[Path] = typer.Option([], "--key", help="Trusted public key PEM (repeatable); default: this machine's package keys."),
+    key: list[Path] = typer.Option([], "--key", help="Trusted public key PEM (repeatable); default: this machine's keys."),
+    max_bytes: int = typer.Option(16 * 2**30, "--max-bytes", min=1, help="Refuse a payload larger than this many bytes."),
     as_json: bool = typer.Option(False, "--json", help="Print the verified manifest as JSON."),
 ) -> None:
-    """Check a package as a device would: signature, expiry, payload and every file hash."""
+    """Check a package as a device would: signature first, then expiry, payload and every file hash.
+
+    Nothing is written before the signature is checked; sparse or oversized tar members are refused;
+    what is written is bounded by the signed sizes, --max-bytes and the free space."""
     from agent.protocol.package import extract_payload
 
-    pems = [p.read_text() for p in key] or [Keyring().public_pem("package", r["key_id"]) for r in Keyring().list() if r["role"] == "package"]
+    ring = Keyring()
+    pems = [p.read_text() for p in key] or [ring.public_pem("package", r["key_id"]) for r in ring.list()
+                                            if r["role"] == "package"]
     if not pems:
         raise UserError("no trusted keys: pass --key PEM or run `edgectl keys init`")
     trusted = TrustedKeys([load_public_key(p) for p in pems])
-    with tempfile.TemporaryDirectory() as tmp:
-        pkg = read_package(package, trusted, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="edgectl-verify-") as tmp:
+        pkg = read_package(package, trusted, Path(tmp), max_bytes)
         pkg.manifest.check_fresh()
         extract_payload(pkg.payload, pkg.manifest, Path(tmp) / "files")
     m = pkg.manifest

@@ -10,14 +10,6 @@ from edgectl.examples import tiny_classifier
 from tests.fleet import EdgectlHome
 
 
-@pytest.fixture
-def offline_home(tmp_path: Path) -> EdgectlHome:
-    home = EdgectlHome(tmp_path / "home", "mqtt://127.0.0.1:1")  # no broker: inputs fail before connecting
-    home.path.mkdir()
-    home.edgectl("keys", "init", check=True)
-    return home
-
-
 def _bad_models(tmp_path: Path) -> dict[str, Path]:
     not_onnx = tmp_path / "notes.onnx"
     not_onnx.write_text("this is not a model\n")

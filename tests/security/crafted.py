@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import queue
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
 from tests.fleet import EdgectlHome, wait_for
 
-__all__ = ["Observer", "command", "controller_key", "desired", "make_package"]
+__all__ = ["Observer", "command", "controller_key", "desired", "make_package", "sparse_tar"]
 
 
 def controller_key(home: EdgectlHome) -> Ed25519PrivateKey:
@@ -41,6 +42,38 @@ def make_package(home: EdgectlHome, workdir: Path, name: str, version: int, seed
     trusted = TrustedKeys([keys.signing_key("package").public_key()])
     (workdir / f"open-{version}").mkdir(exist_ok=True)
     return read_package(out, trusted, workdir / f"open-{version}")
+
+
+def sparse_tar(path: Path, members: dict[str, bytes], sparse_name: str, logical_size: int) -> Path:
+    """An uncompressed tar of ``members`` plus one GNU sparse member: 512 stored bytes at the end of a
+    ``logical_size`` hole. A few KB on disk; a reader that honours the sparse map writes ``logical_size`` bytes."""
+    with path.open("wb") as out:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            out.write(info.tobuf(tarfile.GNU_FORMAT))
+            out.write(data + b"\0" * (-len(data) % 512))
+        out.write(_sparse_header(sparse_name, logical_size))
+        out.write(b"x" * 512)
+        out.write(b"\0" * 1024)
+    return path
+
+
+def _sparse_header(name: str, logical_size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size = 512
+    info.type = tarfile.GNUTYPE_SPARSE
+    header = bytearray(info.tobuf(tarfile.GNU_FORMAT)[:512])
+    header[386:410] = _octal(logical_size - 512) + _octal(512)  # one sparse entry: (offset, length)
+    header[482:483] = b"\0"  # no extended sparse headers
+    header[483:495] = _octal(logical_size)  # the real size
+    header[148:156] = b" " * 8
+    header[148:156] = f"{sum(header):06o}".encode() + b"\0 "
+    return bytes(header)
+
+
+def _octal(number: int) -> bytes:
+    return f"{number:011o}".encode() + b"\0"
 
 
 def desired(key: Ed25519PrivateKey | None, device_id: str, seq: int, package: Package | None = None,
