@@ -309,7 +309,7 @@ def bench_load(work: Path, seconds: float) -> list[dict[str, Any]]:
                          "parameters": {"binary_data_output": True}}).encode()
     body = header + x.tobytes()
     proc = subprocess.Popen([sys.executable, "-c", _LOAD_SERVER, str(model)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, cwd=ROOT, text=True)
+                            stdout=subprocess.PIPE, cwd=ROOT, env=checkout_env(), text=True)
     assert proc.stdout is not None and proc.stdin is not None
     port = int(proc.stdout.readline())
 

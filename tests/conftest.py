@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.brokers import BrokerProcess, mosquitto_binary, start_embedded, start_mosquitto
+from tests.checkout import checkout_env
 from tests.fleet import AgentProcess, EdgectlHome
+
+# Subprocesses that tests start without an environment of their own import this checkout's code too.
+os.environ["PYTHONPATH"] = checkout_env()["PYTHONPATH"]
 
 
 @pytest.fixture
