@@ -33,11 +33,12 @@ def measure_latency(variants: dict[str, onnx.ModelProto], feeds: dict[str, np.nd
             path = Path(tmp) / f"{name}.onnx"
             onnx.save(model, path)
             typed = cast_to_inputs(model, feeds)
-            runners[(name, "ort_ms")] = _ort_runner(path, typed)
-            try:
-                runners[(name, "openvino_ms")] = _openvino_runner(path, typed)
-            except Exception as exc:  # OpenVINO is optional for the result; say why it is missing
-                notes.append(f"OpenVINO cannot run {name}: {_reason(exc)}")
+            for key, make in (("ort_ms", _ort_runner), ("openvino_ms", _openvino_runner)):
+                try:
+                    runners[(name, key)] = _warmed(make(path, typed))
+                except Exception as exc:  # latency is optional for the result; say why one is missing
+                    runtime = "OpenVINO" if key == "openvino_ms" else "onnxruntime"
+                    notes.append(f"{runtime} latency of {name} not measured: {_reason(exc)}")
         times = _interleaved(runners, rounds, runs_per_round)
     result: Latency = {name: {"ort_ms": None, "openvino_ms": None} for name in variants}
     for (name, runtime), samples in times.items():
@@ -51,10 +52,14 @@ def _reason(exc: Exception) -> str:
     return (" ".join(lines[:2]) or type(exc).__name__)[:200]
 
 
+def _warmed(run: Runner) -> Runner:
+    """`run` after three warm-up calls (first runs allocate and tune); raises what the runtime raises."""
+    for _ in range(3):
+        run()
+    return run
+
+
 def _interleaved(runners: dict[tuple[str, str], Runner], rounds: int, runs: int) -> dict[tuple[str, str], list[float]]:
-    for run in runners.values():
-        for _ in range(3):  # warm-up: first runs allocate and tune
-            run()
     times: dict[tuple[str, str], list[float]] = {key: [] for key in runners}
     for _ in range(rounds):
         for key, run in runners.items():
@@ -67,6 +72,7 @@ def _interleaved(runners: dict[tuple[str, str], Runner], rounds: int, runs: int)
 
 def _ort_runner(path: Path, feeds: dict[str, np.ndarray]) -> Runner:
     options = ort.SessionOptions()
+    options.log_severity_level = 2  # warnings go to the runtime log (quantize.runtime_log)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return lambda: session.run(None, feeds)

@@ -24,7 +24,7 @@ from agent.errors import ModelError
 from quantize.calibration import stride_for
 from quantize.recipe import Family, Recipe
 
-__all__ = ["convert_fp16", "name_nodes", "prepare", "quantize_dynamic_weights", "quantize_int8"]
+__all__ = ["convert_fp16", "lift_constants", "name_nodes", "prepare", "quantize_dynamic_weights", "quantize_int8"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,24 @@ def name_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
             node.name = name
             used.add(name)
     return model
+
+
+def lift_constants(model: onnx.ModelProto) -> int:
+    """Move top-level `Constant` node tensors into initializers (as onnxruntime does); returns how many.
+
+    PaddlePaddle exports every weight as a Constant node; onnxruntime's quantizer only quantizes
+    initializers, so without this such a model has nothing to quantize.
+    """
+    graph = model.graph
+    lifted = [n for n in graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+              and any(a.name == "value" and a.HasField("t") for a in n.attribute)]
+    for node in lifted:
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(next(a.t for a in node.attribute if a.name == "value"))
+        tensor.name = node.output[0]
+        graph.initializer.append(tensor)
+        graph.node.remove(node)
+    return len(lifted)
 
 
 def prepare(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str | None]:
@@ -106,10 +124,11 @@ def quantize_dynamic_weights(model: onnx.ModelProto, recipe: Recipe) -> onnx.Mod
         return onnx.load(out)
 
 
-def convert_fp16(model: onnx.ModelProto, recipe: Recipe) -> onnx.ModelProto:
-    """Float16 weights and compute; fp32 inputs and outputs unless the recipe says otherwise."""
+def convert_fp16(model: onnx.ModelProto, recipe: Recipe, exclude: Iterable[str] = ()) -> onnx.ModelProto:
+    """Float16 weights and compute (nodes in `exclude` stay float32); fp32 I/O unless the recipe says otherwise."""
     try:
-        converted = convert_float_to_float16(model, keep_io_types=recipe.keep_io_types)
+        converted = convert_float_to_float16(model, keep_io_types=recipe.keep_io_types,
+                                             node_block_list=sorted(exclude) or None)
     except (ValueError, RuntimeError) as exc:
         raise ModelError(f"float16 conversion failed: {_first_line(exc)}") from exc
     assert isinstance(converted, onnx.ModelProto)

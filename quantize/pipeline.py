@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import onnx
 from rich.console import Console
@@ -14,15 +15,17 @@ from agent.modelcheck import load_model_checked
 from quantize.calibration import method_named
 from quantize.evaluate import load_labels, run_outputs
 from quantize.latency import measure_latency
-from quantize.opset import PER_CHANNEL_OPSET, QDQ_OPSET, upgrade_opset
-from quantize.passes import name_nodes, prepare
+from quantize.metrics import choose_metrics, parse_metric_option
+from quantize.opset import PER_CHANNEL_OPSET, QDQ_OPSET, Converter, default_opset, upgrade_opset
+from quantize.passes import lift_constants, name_nodes, prepare
 from quantize.plan import plan_recipes
 from quantize.recipe import CpuFeatures, Mode, Recipe
 from quantize.report import QuantizeReport
 from quantize.rules import format_violations, is_quantized
-from quantize.samples import SampleSet, input_specs
+from quantize.samples import InputSpec, SampleSet, input_specs
 from quantize.sensitivity import tensor_errors
-from quantize.target_check import check_target
+from quantize.shapes import dynamic_inputs, fix_input_shapes, parse_static_shapes
+from quantize.target_check import TargetCheck, check_target
 from quantize.variants import EvalSet, Variant, VariantBuilder
 
 __all__ = ["QuantizeRequest", "run_quantize"]
@@ -50,37 +53,47 @@ class QuantizeRequest:
     cpuinfo: Path = Path("/proc/cpuinfo")
     measure: bool = True
     per_node_errors: bool = False  # compute the per-tensor error plot data even when the budget holds
+    static_shape: tuple[str, ...] = ()  # NAME=1x3x224x224, for inputs with dynamic dims
+    metric: tuple[str, ...] = ()  # METRIC or OUTPUT=METRIC (quantize.metrics); auto per output otherwise
+    convert_opset: Converter | None = None  # seam: onnx.version_converter.convert_version by default
+    registry: Any = field(default=None, compare=False)  # seam: the agent backend registry (EP -> family)
 
 
 def run_quantize(request: QuantizeRequest, console: Console) -> QuantizeReport:
     """Produce the model at request.output and return the report; nothing is written on failure."""
     import targets  # host-only package, imported here so `quantize` stays importable on its own
 
-    profile = targets.load_profile(request.target)
-    model = _load_float(request.model)
+    asked_metrics = parse_metric_option(request.metric)
+    asked_shapes = parse_static_shapes(request.static_shape)
     notes: list[str] = []
+    profile = _load_profile(request.target, notes)
+    model = _load_float(request.model, notes)
     cpu = CpuFeatures.from_cpuinfo(request.cpuinfo)
-    plan = plan_recipes(request.mode, profile, cpu, keep_io_types=not request.fp16_io, notes=notes)
+    plan = plan_recipes(request.mode, profile, cpu, keep_io_types=not request.fp16_io, notes=notes,
+                        registry=request.registry)
     recipes = plan.recipes
     needs_calib = any(r.precision == "int8" for r in recipes)
-    float_model, recipes = _prepared(model, recipes, notes) if needs_calib else (model, recipes)
+    model = _static(request, model, asked_shapes, needs_calib, notes)
+    float_model, recipes = _prepared(model, recipes, notes, request.convert_opset) if needs_calib else (model, recipes)
     specs = input_specs(float_model)
     calib = _calibration(request, specs, console, notes) if needs_calib else None
-    evalset = _evalset(request, float_model, specs, calib, notes)
+    evalset = _evalset(request, float_model, specs, calib, notes, asked_metrics)
     with tempfile.TemporaryDirectory(prefix="edgectl-quantize-") as tmp:
         builder = VariantBuilder(float_model, calib, method_named(request.method), evalset,
                                  request.max_drop, Path(tmp), console)
         variants = [builder.build(r) for r in recipes]
-        checks = {v.name: check_target(float_model, v, profile, builder) for v in variants}
+        before = targets.analyse(float_model, profile)
+        checks = {v.name: check_target(float_model, v, profile, builder, before) for v in variants}
     if request.per_node_errors:
         for v in variants:
             if v.recipe.precision == "int8" and not v.errors:
                 v.errors = tensor_errors(float_model, v.model, evalset.samples.head(8))
     _check_formats(variants, notes)
     latency, lat_notes = _latency(request, variants, evalset)
-    chosen = _choose(plan.pick_fastest, request.max_drop, variants, latency, notes)
+    chosen = _choose(plan.pick_fastest, request.max_drop, variants, latency, checks, notes)
     report = QuantizeReport.build(request, profile.name, cpu, variants, chosen, checks, latency,
                                   notes + lat_notes, evalset.source, _size(model))
+    _refuse_worse_target(chosen, checks[chosen.name], profile.name, request.output)
     if chosen.accuracy.drop > request.max_drop:
         raise OperationFailed(
             f"accuracy budget not met: best {chosen.accuracy.metric} drop {chosen.accuracy.drop:.2f} points "
@@ -89,23 +102,84 @@ def run_quantize(request: QuantizeRequest, console: Console) -> QuantizeReport:
     return report.with_model(chosen.model)
 
 
-def _load_float(path: Path) -> onnx.ModelProto:
+def _load_profile(name: str, notes: list[str]) -> Any:
+    """The target profile; `coreml` names the CoreML format the EP runs fastest (MLProgram, fp16)."""
+    import targets
+
+    if name == "coreml" and "coreml" not in {p.name for p in targets.list_profiles()}:
+        notes.append("target coreml: the coreml-mlprogram profile (MLProgram is the CoreML format that runs fp16)")
+        return targets.load_profile("coreml-mlprogram")
+    return targets.load_profile(name)
+
+
+def _refuse_worse_target(chosen: Variant, check: TargetCheck, target: str, output: Path) -> None:
+    """Exit 5 rather than write a model that runs worse on the target than its float input."""
+    if check.fixed:
+        return
+    before, after = check.before, check.after
+    raise OperationFailed(
+        f"target check failed: {chosen.name} runs worse on {target} than the float model "
+        f"({before['accelerator_partitions']} -> {after['accelerator_partitions']} accelerator partitions, "
+        f"verdict {before['verdict']} -> {after['verdict']}, {len(check.added_fallbacks)} nodes added to CPU"
+        f"{'; ' + after['reason'] if after.get('verdict') == 'unknown' else ''}) "
+        f"even with {len(check.kept_float)} nodes kept float; nothing written to {output}")
+
+
+def _load_float(path: Path, notes: list[str]) -> onnx.ModelProto:
     model = load_model_checked(path)
     already = is_quantized(model)
     if already:
         raise ModelError(f"{path}: model is already quantized (has {', '.join(already)}); quantize the float model")
+    lifted = lift_constants(model)
+    if lifted:
+        notes.append(f"{lifted} Constant nodes moved to initializers (weights exported as Constant nodes)")
     if not any(t.data_type == onnx.TensorProto.FLOAT for t in model.graph.initializer):
-        raise ModelError(f"{path}: no float32 weights to quantize")
+        raise ModelError(f"{path}: no float32 weights to quantize (neither initializers nor Constant nodes)")
     return name_nodes(model)
 
 
-def _prepared(model: onnx.ModelProto, recipes: list[Recipe], notes: list[str]) -> tuple[onnx.ModelProto, list[Recipe]]:
-    """Opset raised for per-channel QDQ (or per-tensor fallback explained), then ORT pre-processing."""
+def _static(request: QuantizeRequest, model: onnx.ModelProto, asked: dict[str, list[int]], needs_calib: bool,
+            notes: list[str]) -> onnx.ModelProto:
+    """The model with static input shapes: --static-shape, else the first --calib sample, else batch 1."""
+    if asked:
+        model, note = fix_input_shapes(model, asked, "--static-shape")
+        notes.append(note)
+    dynamic = dynamic_inputs(model)
+    if not dynamic:
+        return model
+    sample_dir = request.calib_dir if needs_calib and request.calib_dir else request.eval_dir or request.calib_dir
+    if sample_dir is not None:
+        first = SampleSet.from_dir(sample_dir, input_specs(model), request.preprocess).first_shapes()
+        model, note = fix_input_shapes(model, {s.name: first[s.name] for s in dynamic if s.name in first},
+                                       f"from the first sample in {sample_dir}")
+        notes.append(note)
+        dynamic = dynamic_inputs(model)
+    if all(d is not None for s in dynamic for d in s.shape[1:]):  # only the batch is dynamic: use 1
+        if dynamic:
+            model, note = fix_input_shapes(model, {s.name: [1, *s.shape[1:]] for s in dynamic},  # type: ignore[list-item]
+                                           "dynamic batch set to 1")
+            notes.append(note)
+        return model
+    spec = next(s for s in dynamic if any(d is None for d in s.shape[1:]))
+    letters = iter("HWDEFG")
+    hint = "x".join("1" if i == 0 and d is None else next(letters, "N") if d is None else str(d)
+                    for i, d in enumerate(spec.shape))
+    raise UserError(f"input '{spec.name}' has dynamic dims {spec.describe()}: give --static-shape {spec.name}={hint} "
+                    "with numbers, or --calib DIR with samples of the shape to use")
+
+
+def _prepared(model: onnx.ModelProto, recipes: list[Recipe], notes: list[str],
+              convert: Converter | None) -> tuple[onnx.ModelProto, list[Recipe]]:
+    """Opset raised for per-channel QDQ, or kept (per-tensor QDQ) when one op cannot convert; then ORT pre-processing."""
     try:
-        model, note = upgrade_opset(model, PER_CHANNEL_OPSET)
+        model, note = upgrade_opset(model, PER_CHANNEL_OPSET, *([convert] if convert else []))
     except ModelError as exc:
-        model, note = upgrade_opset(model, QDQ_OPSET)  # raises when even QDQ is impossible
-        notes.append(f"{exc}; per-channel weights off, per-tensor QDQ at opset >= {QDQ_OPSET}")
+        current = default_opset(model)
+        if current >= QDQ_OPSET:
+            note = f"{exc}; kept opset {current}: per-channel weights off, per-tensor QDQ"
+        else:
+            model, raised = upgrade_opset(model, QDQ_OPSET, *([convert] if convert else []))  # ModelError if impossible
+            note = f"{exc}; {raised}: per-channel weights off, per-tensor QDQ"
         recipes = [_per_tensor(r) for r in recipes]
     if note:
         notes.append(note)
@@ -119,7 +193,7 @@ def _per_tensor(recipe: Recipe) -> Recipe:
     return replace(recipe, per_channel=False) if recipe.precision == "int8" else recipe
 
 
-def _calibration(request: QuantizeRequest, specs: list, console: Console, notes: list[str]) -> SampleSet:
+def _calibration(request: QuantizeRequest, specs: list[InputSpec], console: Console, notes: list[str]) -> SampleSet:
     if request.calib_dir is not None:
         return SampleSet.from_dir(request.calib_dir, specs, request.preprocess)
     if request.calib_synthetic > 0:
@@ -131,16 +205,22 @@ def _calibration(request: QuantizeRequest, specs: list, console: Console, notes:
     raise UserError("int8 needs calibration data: give --calib DIR (or --calib-synthetic N to accept unknown accuracy)")
 
 
-def _evalset(request: QuantizeRequest, model: onnx.ModelProto, specs: list, calib: SampleSet | None,
-             notes: list[str]) -> EvalSet:
+def _evalset(request: QuantizeRequest, model: onnx.ModelProto, specs: list[InputSpec], calib: SampleSet | None,
+             notes: list[str], asked: dict[str, str]) -> EvalSet:
+    labels = None
     if request.eval_dir is not None:
         samples = SampleSet.from_dir(request.eval_dir, specs, request.preprocess, limit=request.max_eval)
         labels = load_labels(request.eval_dir, len(SampleSet.from_dir(request.eval_dir, specs, request.preprocess)))
+        labels = None if labels is None else labels[: len(samples)]
         source = f"{request.eval_dir} ({len(samples)} samples{', labels' if labels is not None else ''})"
-        return EvalSet(samples, None if labels is None else labels[: len(samples)], run_outputs(model, samples), source)
-    samples = calib.head(_EVAL_FROM_CALIB) if calib is not None else SampleSet.synthetic_set(specs, 16)
-    notes.append("no --eval: accuracy measured against the float model on calibration samples (optimistic)")
-    return EvalSet(samples, None, run_outputs(model, samples), f"calibration samples ({len(samples)})")
+    else:
+        samples = calib.head(_EVAL_FROM_CALIB) if calib is not None else SampleSet.synthetic_set(specs, 16)
+        notes.append("no --eval: accuracy measured against the float model on calibration samples (optimistic)")
+        source = f"calibration samples ({len(samples)})"
+    reference = run_outputs(model, samples)
+    metrics = choose_metrics([o.name for o in model.graph.output], reference[0], asked)
+    notes.append("metric per output: " + "; ".join(f"{m.output}: {m.title} ({m.why})" for m in metrics))
+    return EvalSet(samples, labels, reference, source, metrics)
 
 
 def _check_formats(variants: list[Variant], notes: list[str]) -> None:
@@ -153,23 +233,28 @@ def _check_formats(variants: list[Variant], notes: list[str]) -> None:
             raise InternalError(f"{variant.name} breaks the {variant.recipe.family.value} format: {problems[0]}")
 
 
-def _latency(request: QuantizeRequest, variants: list[Variant], evalset: EvalSet) -> tuple[dict, list[str]]:
+def _latency(request: QuantizeRequest, variants: list[Variant], evalset: EvalSet) -> tuple[dict[str, Any], list[str]]:
     if not request.measure:
         return {}, ["latency not measured (--no-measure)"]
     feeds = next(iter(evalset.samples))
-    return measure_latency({v.name: v.model for v in variants}, feeds)
+    try:
+        return measure_latency({v.name: v.model for v in variants}, feeds)
+    except Exception as exc:  # an optional measurement: its failure is a note, never the run's failure
+        return {}, [f"latency not measured: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"]
 
 
-def _choose(pick_fastest: bool, max_drop: float, variants: list[Variant], latency: dict,
-            notes: list[str]) -> Variant:
-    """The fastest variant within budget (the float input always is), else the one variant asked for."""
+def _choose(pick_fastest: bool, max_drop: float, variants: list[Variant], latency: dict[str, Any],
+            checks: dict[str, TargetCheck], notes: list[str]) -> Variant:
+    """The fastest variant within budget and target check (the float input always is), else the one asked for."""
     if pick_fastest:
-        within = [v for v in variants if v.accuracy.drop <= max_drop]
+        within = [v for v in variants if v.accuracy.drop <= max_drop and checks[v.name].fixed] or variants[:1]
         # A variant must beat the float input by a margin, not by measurement noise.
         chosen = min(within, key=lambda v: _ms(latency, v.name) * (1.0 if v.name == "float" else _MARGIN))
         for v in variants:
-            if v not in within:
+            if v.accuracy.drop > max_drop:
                 notes.append(f"{v.name} rejected: {v.accuracy.metric} drop {v.accuracy.drop:.2f} > {max_drop}")
+            elif not checks[v.name].fixed:
+                notes.append(f"{v.name} rejected: it runs worse on the target than the float model")
     else:
         chosen = variants[-1]
     base, mine = _ms(latency, "float"), _ms(latency, chosen.name)
@@ -179,10 +264,10 @@ def _choose(pick_fastest: bool, max_drop: float, variants: list[Variant], latenc
     return chosen
 
 
-def _ms(latency: dict, name: str) -> float:
+def _ms(latency: dict[str, Any], name: str) -> float:
     value = latency.get(name, {}).get("ort_ms")
     return float(value) if value is not None else float("inf")
 
 
 def _size(model: onnx.ModelProto) -> int:
-    return model.ByteSize()
+    return int(model.ByteSize())

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.errors import UserError
 from quantize.recipe import CpuFeatures, Family, Mode, Recipe, family_of, recipe_for, where_it_pays
 
-__all__ = ["Plan", "plan_recipes"]
+__all__ = ["Plan", "coreml_format", "plan_recipes"]
 
 _POLICY_PRECISION = {
     "fp32": "fp32",
@@ -28,13 +29,19 @@ class Plan:
     family: Family
 
 
-def plan_recipes(mode: Mode, profile: Any, cpu: CpuFeatures, keep_io_types: bool, notes: list[str]) -> Plan:
+def plan_recipes(mode: Mode, profile: Any, cpu: CpuFeatures, keep_io_types: bool, notes: list[str],
+                 registry: Any = None) -> Plan:
     """The plan for `mode` on the target `profile` (a targets.TargetProfile)."""
-    family = family_of([ep.name for ep in profile.execution_providers])
+    providers = [ep.name for ep in profile.execution_providers]
+    family = family_of(providers, registry) if registry is not None else family_of(providers)
     policy = profile.precision
-    make = lambda precision: recipe_for(precision, family, cpu, policy.format, policy.weights,  # noqa: E731
-                                        keep_io_types)
+
+    def make(precision: str) -> Recipe:
+        return recipe_for(precision, family, cpu, policy.format, policy.weights, keep_io_types)
+
     baseline = make("fp32")
+    if family is Family.COREML:
+        return _coreml(mode, profile, make, notes)
     if mode is not Mode.AUTO:
         if mode is Mode.INT8 and _POLICY_PRECISION.get(policy.format) == "fp16":
             notes.append(f"target {profile.name} prefers {policy.format} ({policy.notes or 'precision policy'}); "
@@ -50,3 +57,33 @@ def plan_recipes(mode: Mode, profile: Any, cpu: CpuFeatures, keep_io_types: bool
         return Plan([baseline, int8, where_it_pays(int8)], True, family)
     notes.append(f"auto: target {profile.name} precision policy is {policy.format}")
     return Plan([baseline, make(precision)] if precision != "fp32" else [baseline], False, family)
+
+
+def _coreml(mode: Mode, profile: Any, make: Callable[[str], Recipe], notes: list[str]) -> Plan:
+    """CoreML: fp16 weights for the MLProgram format, the float model for NeuralNetwork; never INT8 QDQ on its own."""
+    neural_network = "neuralnetwork" in coreml_format(profile)
+    if neural_network:
+        why = ("CoreML NeuralNetwork format: onnxruntime's CoreML EP takes float32 tensors only here (float16 only "
+               "in MLProgram) and Core ML computes in fp16 on the GPU/Neural Engine itself, so the float model runs "
+               "fastest; QuantizeLinear/DequantizeLinear are not in the EP's op list, so INT8 QDQ would fall back to CPU")
+        best = "fp32"
+    else:
+        why = ("CoreML MLProgram format: the EP runs float16 tensors natively, so fp16 weights run fastest at half "
+               "the size; QuantizeLinear/DequantizeLinear are not in the EP's op list, so INT8 QDQ would fall back "
+               "to CPU")
+        best = "fp16"
+    notes.append(why)
+    baseline = make("fp32")
+    if mode is Mode.AUTO:
+        return Plan([baseline] if best == "fp32" else [baseline, replace(make(best), reasons=(why,))], False,
+                    Family.COREML)
+    if mode.value != best:
+        notes.append(f"target {profile.name}: {mode.value} built as asked, although {best} runs fastest there")
+    return Plan([baseline, make(mode.value)], False, Family.COREML)
+
+
+def coreml_format(profile: Any) -> str:
+    """"neuralnetwork" or "mlprogram": from the profile's name and its CoreML provider's op-support source."""
+    sources = [str(getattr(ep.op_support, "source", "")) for ep in profile.execution_providers]
+    text = " ".join([profile.name, *sources]).lower().replace("-", "").replace("_", "")
+    return "neuralnetwork" if "neuralnetwork" in text else "mlprogram"

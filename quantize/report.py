@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import inspect
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from agent.durable import atomic_write
 from quantize.recipe import CpuFeatures
 from quantize.variants import Variant
 
-__all__ = ["QuantizeReport"]
+__all__ = ["QuantizeReport", "file_mode"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class QuantizeReport:
         """The report carrying the model to write."""
         return replace(self, model=model)
 
+    def with_note(self, note: str) -> QuantizeReport:
+        """The report with one more note."""
+        return replace(self, data={**self.data, "notes": [*self.data["notes"], note]})
+
     def to_json(self) -> str:
         """The machine-readable report."""
         return json.dumps({**self.data, "per_tensor_error": self.errors}, indent=2, sort_keys=False)
@@ -81,10 +87,25 @@ class QuantizeReport:
     def write(self, output: Path, json_path: Path, html_path: Path | None) -> None:
         """Write the model, then the reports, each atomically."""
         assert self.model is not None
-        atomic_write(output, self.model.SerializeToString())
-        atomic_write(json_path, self.to_json().encode())
+        _write(output, self.model.SerializeToString())
+        _write(json_path, self.to_json().encode())
         if html_path is not None:
-            atomic_write(html_path, self.html().encode())
+            _write(html_path, self.html().encode())
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if "mode" in inspect.signature(atomic_write).parameters:  # a temp-file write: give it the umask's mode
+        atomic_write(path, data, mode=file_mode())
+    else:  # agent.durable without `mode` opens the file plainly, which already follows the umask
+        atomic_write(path, data)
+
+
+def file_mode() -> int:
+    """The mode a plain `open()` would give a new file: 0666 less the process umask (0644 with umask 022)."""
+    umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _variant(v: Variant, check: Any, latency: dict[str, Any], input_size: int) -> dict[str, Any]:

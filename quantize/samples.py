@@ -47,7 +47,7 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
         if value.name in inits:
             continue
         tensor = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim]
         specs.append(InputSpec(value.name, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims))
     return specs
 
@@ -98,6 +98,15 @@ class SampleSet:
 
     def __len__(self) -> int:
         return len(self.files) or self.synthetic
+
+    def first_shapes(self) -> dict[str, list[int]]:
+        """The shape of every input in the first sample (the shapes a dynamic model is fixed at)."""
+        sample = next(iter(self), None)
+        return {} if sample is None else {name: list(array.shape) for name, array in sample.items()}
+
+    def with_specs(self, specs: list[InputSpec]) -> SampleSet:
+        """The same samples checked against other input specs (after the model's shapes were fixed)."""
+        return SampleSet(specs, self.files, self.synthetic, self.preprocess, self.seed)
 
     def head(self, count: int) -> SampleSet:
         """The first `count` samples as a set of their own."""

@@ -31,22 +31,37 @@ class TargetCheck:
                 "kept_float_for_target": self.kept_float, "ok": self.fixed}
 
 
-def check_target(float_model: onnx.ModelProto, variant: Variant, profile: Any, builder: VariantBuilder) -> TargetCheck:
-    """Analyse before and after; for INT8 keep offending nodes float until nothing new falls back."""
+_VERDICT_RANK = {"NO": 0, "MAYBE": 1, "YES": 2}
+
+
+def check_target(float_model: onnx.ModelProto, variant: Variant, profile: Any, builder: VariantBuilder,
+                 before: Any = None) -> TargetCheck:
+    """Analyse before and after; keep offending nodes float (INT8 or FP16) until the target is no worse.
+
+    `before` is the float model's analysis when the caller already has it (it is the same for every variant).
+    """
     import targets  # host-only package
 
-    before = targets.analyse(float_model, profile)
+    before = before if before is not None else targets.analyse(float_model, profile)
     on_accel = {n.name for n in before.nodes if n.accelerator}
     check = TargetCheck(_summary(before), {})
     for _ in range(_FIX_ROUNDS + 1):
-        after = targets.analyse(variant.model, profile)
+        try:
+            after = targets.analyse(variant.model, profile)
+        except (ValueError, RuntimeError, KeyError) as exc:  # e.g. onnxruntime's checker on a QDQ subgraph model
+            check.after = {"verdict": "unknown", "reason": f"target analysis failed: {str(exc).splitlines()[0][:200]}",
+                           "accelerator_partitions": "unknown"}
+            check.fixed = False
+            return check
         check.after = _summary(after)
         offending = _offending(after, on_accel) if profile.accelerator_providers else []
-        worse = after.accelerator_partitions > before.accelerator_partitions or bool(offending)
-        check.added_fallbacks = offending
-        if (not worse and after.verdict == before.verdict) or variant.recipe.precision != "int8":
-            check.fixed = not worse
+        offending += _new_partitions(after, on_accel) if after.accelerator_partitions > before.accelerator_partitions else []
+        check.added_fallbacks = sorted(set(offending))
+        if not _worse(before, after, offending):
+            check.fixed = True
             return check
+        if variant.recipe.precision not in ("int8", "fp16"):
+            break
         keep = _original_nodes(variant.model, offending) - set(variant.kept_float)
         if not keep:
             break
@@ -54,6 +69,24 @@ def check_target(float_model: onnx.ModelProto, variant: Variant, profile: Any, b
         builder.rebuild(variant, set(variant.kept_float) | keep)
     check.fixed = False
     return check
+
+
+def _worse(before: Any, after: Any, offending: list[str]) -> bool:
+    return (after.accelerator_partitions > before.accelerator_partitions or bool(offending)
+            or _VERDICT_RANK.get(after.verdict, 0) < _VERDICT_RANK.get(before.verdict, 0))
+
+
+def _new_partitions(after: Any, on_accel_before: set[str]) -> list[str]:
+    """Nodes of accelerator partitions made only of nodes that ran on the CPU before (QDQ nodes grew a
+    group past the profile's minimum partition size, so the graph now splits there)."""
+    names = [n.name for n in after.nodes]
+    found: list[str] = []
+    for partition in after.partitions:
+        members = [names[i] for i in partition.nodes]
+        originals = [after.nodes[i] for i in partition.nodes if after.nodes[i].op_type not in QUANT_OPS]
+        if partition.accelerator and not any(n.name in on_accel_before for n in originals):
+            found += members
+    return found
 
 
 def _summary(analysis: Any) -> dict[str, Any]:

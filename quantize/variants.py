@@ -13,6 +13,7 @@ from rich.progress import Progress
 
 from quantize.calibration import StreamingReader
 from quantize.evaluate import Accuracy, Outputs, measure, run_outputs
+from quantize.metrics import OutputMetric
 from quantize.passes import convert_fp16, quantize_dynamic_weights, quantize_int8
 from quantize.recipe import Recipe
 from quantize.rules import is_quantized
@@ -35,6 +36,7 @@ class EvalSet:
     labels: np.ndarray | None
     reference: Outputs
     source: str
+    metrics: list[OutputMetric]
 
 
 @dataclass
@@ -80,13 +82,14 @@ class VariantBuilder:
 
     def score(self, model: onnx.ModelProto) -> Accuracy:
         """Accuracy of `model` on the evaluation set against the float model."""
-        return measure(self.evalset.reference, run_outputs(model, self.evalset.samples), self.evalset.labels)
+        evalset = self.evalset
+        return measure(evalset.metrics, evalset.reference, run_outputs(model, evalset.samples), evalset.labels)
 
     def _produce(self, recipe: Recipe, exclude: set[str]) -> onnx.ModelProto:
         if recipe.precision == "fp32":
             return self.float_model
         if recipe.precision == "fp16":
-            return convert_fp16(self.float_model, recipe)
+            return convert_fp16(self.float_model, recipe, exclude)
         if recipe.precision == "dynamic":
             return quantize_dynamic_weights(self.float_model, recipe)
         return self._int8(recipe, exclude)
@@ -129,8 +132,8 @@ class VariantBuilder:
                 break
 
     def rebuild(self, variant: Variant, exclude: set[str]) -> None:
-        """Re-quantize `variant` with `exclude` kept float (used to remove target fallbacks)."""
-        variant.model = self._int8(variant.recipe, exclude)
+        """Re-build `variant` with `exclude` kept float32 (used to remove target fallbacks)."""
+        variant.model = self._produce(variant.recipe, exclude)
         variant.accuracy = self.score(variant.model)
         variant.kept_float = sorted(exclude)
         variant.history.append({"kept_float": len(exclude), "drop": variant.accuracy.drop, "for": "target"})

@@ -40,9 +40,16 @@ def quantize(
     report: Path | None = typer.Option(None, "--report", help="Also write an HTML report with a per-node error plot."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report instead of the table."),
     no_measure: bool = typer.Option(False, "--no-measure", help="Skip the latency measurement."),
+    static_shape: list[str] = typer.Option([], "--static-shape",
+                                           help="NAME=1x3x224x224 for an input with dynamic dims (repeatable); "
+                                                "without it, shapes come from the first --calib sample."),
+    metric: list[str] = typer.Option([], "--metric",
+                                     help="Accuracy metric: auto (per output), top1, pixel-top1, cosine, "
+                                          "relative-error or exact; OUTPUT=METRIC for one output (repeatable)."),
 ) -> None:
     """Quantize MODEL in the format TARGET needs, within --max-drop; writes OUT and OUT.quant.json."""
     from quantize import Mode, QuantizeRequest, run_quantize  # heavy imports only when the command runs
+    from quantize.runtime_log import RuntimeLog, capture_runtime_log
 
     try:
         chosen_mode = Mode(mode)
@@ -54,9 +61,20 @@ def quantize(
         model=model, target=target, output=output, mode=chosen_mode, calib_dir=calib,
         calib_synthetic=calib_synthetic, preprocess=preprocess, method=method, eval_dir=eval_dir,
         max_drop=max_drop, fp16_io=fp16_io, measure=not no_measure, per_node_errors=report is not None,
+        static_shape=tuple(static_shape), metric=tuple(metric),
     )
     console = Console(stderr=True)
-    result = run_quantize(request, console)
+    log_path = output.with_suffix(".quant.log")
+    log = RuntimeLog()
+    try:
+        with capture_runtime_log(log):
+            result = run_quantize(request, console)
+    finally:  # the log explains a failure too
+        if log.lines():
+            log.write(log_path)
+            console.print(log.summary(log_path))
+    if log.lines():
+        result = result.with_note(log.summary(log_path))
     result.write(output, output.with_suffix(".quant.json"), report)
     if json_out:
         typer.echo(result.to_json())
