@@ -34,7 +34,7 @@ from agent.backends import (
     runtime_versions,
 )
 from agent.durable import atomic_write_json
-from agent.errors import EdgeError, ModelError, OperationFailed, VerificationError
+from agent.errors import EdgeError, ModelError, OperationFailed, VerificationError, one_line
 from agent.hardware import Hardware
 from agent.protocol.package import sha256_file
 from agent.tensors import TOLERANCES, compare_outputs, model_precision, synthetic_feeds
@@ -300,7 +300,7 @@ def _qualify(
         return replace(fig, status=Status.OK), runner
     except Exception as exc:  # a backend that cannot load or run this model is just not a candidate
         runner.close()
-        return replace(fig, reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__), None
+        return replace(fig, reason=one_line(exc)), None
 
 
 def _fallback_reason(placement: Placement) -> str:

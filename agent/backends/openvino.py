@@ -15,7 +15,7 @@ import numpy as np
 
 from agent.backends.base import Placement, Runner, TensorSpec, Verdict
 from agent.backends.registry import Backend, Device, HostDevice
-from agent.errors import ModelError
+from agent.errors import ModelError, one_line
 
 if TYPE_CHECKING:
     import openvino as ov
@@ -70,11 +70,7 @@ class OvModelLoader:
             model = core.read_model(str(self.model_path))
             return core.compile_model(model, self.device, self.config)
         except RuntimeError as exc:  # OpenVINO reports conversion and plugin errors this way
-            first = str(exc).strip().splitlines()
-            raise ModelError(
-                f"{self.model_path.name}: openvino/{self.device} cannot load it: "
-                f"{_reason(first)}"
-            ) from exc
+            raise ModelError(f"{self.model_path.name}: openvino/{self.device} cannot load it: {one_line(exc)}") from exc
 
 
 class OvRunner(Runner):
@@ -150,14 +146,6 @@ def _port_name(port: Any) -> str:
     names = port.get_names()
     node_name = port.get_node().get_friendly_name().removesuffix("/sink_port_0")
     return str(node_name if node_name in names else port.get_any_name())
-
-
-def _reason(lines: list[str]) -> str:
-    """The most telling line of an OpenVINO error (they start with a source location)."""
-    for line in lines:
-        if "failed for" in line or "Unsupported" in line or "not found" in line:
-            return line.strip()
-    return lines[-1].strip() if lines else "unknown error"
 
 
 def _open(model_path: Path, device: str, config: Mapping[str, str]) -> Runner:
