@@ -57,9 +57,7 @@ class RunningController:
         assert device.publish(topics.device(device_id, "events"), event.to_payload())
 
     def events(self, device_id: str) -> list[tuple[str, str]]:
-        # Rows are dicts or records while the store moves to typed records (issue 12): read either.
-        rows: list[Any] = list(self.store().events(device_id))
-        return [(r["state"], r["status"]) if isinstance(r, dict) else (r.state, r.status) for r in rows]
+        return [(e.state, e.status) for e in self.store().events(device_id)]
 
 
 def next_desired(device: MemoryTransport, timeout: float = WAIT_S) -> Message:
