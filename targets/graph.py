@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import onnx
 
-__all__ = ["Group", "boundary", "group_nodes", "node_inputs"]
+__all__ = ["Group", "Scope", "boundary", "group_nodes", "node_inputs", "ort_groups", "scopes"]
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,40 @@ class Group:
 
     label: Hashable
     nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One graph execution providers partition: the main graph or an If/Loop/Scan body.
+
+    Nodes of every scope form one flat list (main graph first, then bodies breadth-first);
+    ``start`` is the flat index of ``graph.node[0]`` and ``owner`` that of the control-flow node
+    whose body this is (None for the main graph).
+    """
+
+    path: str
+    graph: onnx.GraphProto
+    owner: int | None
+    start: int
+    parent: int | None  # index of the enclosing scope in the scopes list
+
+
+def scopes(graph: onnx.GraphProto) -> list[Scope]:
+    """The main graph and every nested body, breadth-first, with flat node offsets."""
+    found = [Scope("main", graph, None, 0, None)]
+    total = len(graph.node)
+    k = 0
+    while k < len(found):
+        scope = found[k]
+        for i, node in enumerate(scope.graph.node):
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    path = f"{node.name or node.op_type}/{attr.name}"
+                    found.append(Scope(path if scope.owner is None else f"{scope.path}/{path}", sub,
+                                       scope.start + i, total, k))
+                    total += len(sub.node)
+        k += 1
+    return found
 
 
 def _subgraph_reads(graph: onnx.GraphProto) -> set[str]:
@@ -78,6 +113,50 @@ def group_nodes(graph: onnx.GraphProto, labels: Sequence[Hashable]) -> list[Grou
                 heapq.heappush(ready.setdefault(labels[c], []), c)
     if current:
         groups.append(Group(label, tuple(current)))
+    return groups
+
+
+def ort_groups(graph: onnx.GraphProto, supported: Sequence[bool]) -> list[tuple[int, ...]]:
+    """The node groups one execution provider gets, as onnxruntime forms them.
+
+    A port of ``CreateSupportedPartitionNodeGroups`` (onnxruntime partitioning_utils.cc, mirrored
+    by its Python usability checker): walk ready nodes in order; a supported node joins the open
+    group; an unsupported node that consumes the group's output waits for the next group, any
+    other unsupported node is passed without closing it. A group closes when nothing is ready.
+    """
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    consumers: list[set[int]] = [set() for _ in graph.node]
+    in_degree = [0] * len(graph.node)
+    for i, node in enumerate(graph.node):
+        deps = {producer[n] for n in node_inputs(node) if n in producer and producer[n] != i}
+        in_degree[i] = len(deps)
+        for d in deps:
+            consumers[d].add(i)
+    ready = deque(i for i, count in enumerate(in_degree) if count == 0)
+    later: deque[int] = deque()
+    groups: list[tuple[int, ...]] = []
+    group: list[int] = []
+    border: set[int] = set()
+    while ready or later:
+        if not ready:
+            if group:
+                groups.append(tuple(group))
+            group, border, ready, later = [], set(), later, deque()
+            continue
+        i = ready.popleft()
+        if not supported[i] and i in border:
+            later.append(i)
+            continue
+        if supported[i]:
+            group.append(i)
+            border.discard(i)
+            border |= consumers[i]
+        for c in sorted(consumers[i]):
+            in_degree[c] -= 1
+            if in_degree[c] == 0:
+                ready.append(c)
+    if group:
+        groups.append(tuple(group))
     return groups
 
 

@@ -16,15 +16,21 @@ import onnx
 
 from agent.errors import ModelError
 from agent.partitions import MANIFEST_FORMAT, MANIFEST_NAME
-from targets.analysis import Analysis, Partition, prepare_model
+from targets.analysis import Analysis, Partition
 from targets.graph import node_inputs
 
 __all__ = ["write_partitions"]
 
 
 def write_partitions(model: onnx.ModelProto, analysis: Analysis, out_dir: Path) -> Path:
-    """Split ``model`` as ``analysis`` says; return the manifest path. Nothing is written on error."""
-    prepared = prepare_model(model)
+    """Split ``model`` as ``analysis`` says; return the manifest path. Nothing is written on error.
+
+    The pieces are cut from the graph the analysis saw (``analysis.model``: ``model`` after
+    onnxruntime's basic optimizations), so node indices match.
+    """
+    if not analysis.partitions:
+        raise ModelError(f"cannot partition for {analysis.target}: {analysis.reason}")
+    prepared = analysis.model
     pieces = [(p, _piece(prepared, p)) for p in analysis.partitions]  # build all before writing any
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = []

@@ -25,6 +25,7 @@ __all__ = [
     "PrecisionPolicy",
     "ShapePolicy",
     "TargetProfile",
+    "Unsupported",
     "list_profiles",
     "load_profile",
     "load_profile_file",
@@ -34,8 +35,9 @@ __all__ = [
 BUILTIN_DIR = Path(__file__).resolve().parents[1] / "configs" / "targets"
 
 # Where op-support knowledge can come from; each is implemented in targets/support.py.
-OP_SUPPORT_SOURCES = ("ort-cpu", "ort-mobile-nnapi", "openvino", "table", "all-except")
-PRECISION_FORMATS = ("fp32", "fp16", "int8-qdq-symmetric", "uint8-qdq", "uint8-uint16-qdq")
+OP_SUPPORT_SOURCES = ("ort-cpu", "ort-mobile-nnapi", "ort-mobile-coreml-neuralnetwork", "ort-mobile-coreml-mlprogram",
+                      "openvino", "table", "all-except")
+PRECISION_FORMATS = ("fp32", "fp16", "int8-qdq-symmetric", "uint8-qdq", "uint8-uint16-qdq", "int8-full-integer")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class ExecutionProvider:
     versions: str  # runtime version range, e.g. ">=1.16,<2"
     op_support: OpSupport
     accelerator: bool
+    options: Mapping[str, str] = field(default_factory=dict)  # provider options the analysis assumes
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,15 @@ class PartitionLimits:
 
 
 @dataclass(frozen=True)
+class Unsupported:
+    """A target no ONNX runtime here can drive: why, and the path users take instead."""
+
+    runtime: str
+    reason: str
+    conversion: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TargetProfile:
     """A deployment target: providers in order, precision, shapes, partition limits, notes."""
 
@@ -100,6 +112,7 @@ class TargetProfile:
     partition: PartitionLimits
     notes: tuple[str, ...]
     source_file: Path
+    unsupported: Unsupported | None = None
 
     @property
     def accelerator_providers(self) -> tuple[ExecutionProvider, ...]:
@@ -117,6 +130,7 @@ class TargetProfile:
                     "runtime": ep.runtime,
                     "versions": ep.versions,
                     "accelerator": ep.accelerator,
+                    "options": dict(ep.options),
                     "op_support": {k: v for k, v in vars(ep.op_support).items() if v not in (None, (), False)},
                 }
                 for ep in self.execution_providers
@@ -129,6 +143,8 @@ class TargetProfile:
             "partition": vars(self.partition),
             "notes": list(self.notes),
             "source_file": str(self.source_file),
+            **({"unsupported": {"runtime": self.unsupported.runtime, "reason": self.unsupported.reason,
+                                "conversion": list(self.unsupported.conversion)}} if self.unsupported else {}),
         }
 
 
@@ -171,21 +187,27 @@ def load_profile_file(path: Path) -> TargetProfile:
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read profile: {str(exc).splitlines()[0]}") from exc
     reader = _Reader(path, data if data is not None else {}, "")
+    unsupported = _unsupported(reader.child("unsupported")) if "unsupported" in reader.data else None
+    # a target no runtime here drives has no providers and no partitions to limit
+    runnable = unsupported is None or "execution_providers" in reader.data
     profile = TargetProfile(
         name=reader.string("name"),
         description=reader.string("description"),
-        execution_providers=tuple(_provider(r) for r in reader.items("execution_providers")),
+        execution_providers=tuple(_provider(r) for r in reader.items("execution_providers")) if runnable else (),
         precision=_precision(reader.child("precision")),
         shape=_shape(reader.child("shape")),
         partition=PartitionLimits(
             max_partitions=reader.child("partition").positive_int("max_partitions"),
             min_partition_nodes=reader.child("partition").positive_int("min_partition_nodes"),
-        ),
+        ) if runnable else PartitionLimits(max_partitions=1, min_partition_nodes=1),
         notes=tuple(reader.strings("notes", required=False)),
         source_file=path,
+        unsupported=unsupported,
     )
     if profile.name != path.stem:
         raise ConfigError(f"{path}: key 'name': {profile.name!r} must match the file name {path.stem!r}")
+    if not runnable:
+        return profile
     if not profile.execution_providers or profile.execution_providers[-1].name != "CPUExecutionProvider":
         raise ConfigError(f"{path}: key 'execution_providers': the last provider must be CPUExecutionProvider")
     return profile
@@ -211,7 +233,20 @@ def _provider(r: _Reader) -> ExecutionProvider:
         versions=r.string("versions"),
         op_support=op_support,
         accelerator=name != "CPUExecutionProvider",
+        options=_options(r),
     )
+
+
+def _unsupported(r: _Reader) -> Unsupported:
+    return Unsupported(runtime=r.string("runtime"), reason=r.string("reason"),
+                       conversion=tuple(r.strings("conversion")))
+
+
+def _options(r: _Reader) -> dict[str, str]:
+    raw = r.data.get("options") or {}
+    if not isinstance(raw, dict) or not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in raw.values()):
+        raise r.error("options", "must be a mapping of provider option name to a string value")
+    return {str(k): str(v) for k, v in raw.items()}
 
 
 def _precision(r: _Reader) -> PrecisionPolicy:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import onnx
 
-from targets.analysis import Analysis, prepare_model
+from targets.analysis import Analysis
 from targets.graph import node_inputs
 
 __all__ = ["write_html_report"]
@@ -34,7 +34,7 @@ def _svg(model: onnx.ModelProto, analysis: Analysis, colours: dict[str, str]) ->
     for d in depth:
         pos.append((d * (BOX_W + GAP_X) + 10, rows.get(d, 0) * (BOX_H + GAP_Y) + 10))
         rows[d] = rows.get(d, 0) + 1
-    part_of = {i: p.index for p in analysis.partitions for i in p.nodes}
+    part_of = {i: p.index for p in analysis.runtime_partitions for i in p.nodes}
     producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output}
     width = (max(depth, default=0) + 1) * (BOX_W + GAP_X) + 20
     height = max(rows.values(), default=1) * (BOX_H + GAP_Y) + 20
@@ -45,7 +45,7 @@ def _svg(model: onnx.ModelProto, analysis: Analysis, colours: dict[str, str]) ->
                 (x1, y1), (x2, y2) = pos[producer[name]], pos[i]
                 parts.append(f'<line x1="{x1 + BOX_W}" y1="{y1 + BOX_H / 2}" x2="{x2}" y2="{y2 + BOX_H / 2}" '
                              'stroke="#bbb"/>')
-    for i, assignment in enumerate(analysis.nodes):
+    for i, assignment in enumerate(analysis.nodes[: len(depth)]):  # bodies are listed in the table only
         x, y = pos[i]
         tip = html.escape(f"{assignment.name} -> {assignment.provider}; " + "; ".join(assignment.reasons))
         label = html.escape(f"P{part_of.get(i, '?')} {assignment.op_type}"[:22])
@@ -58,19 +58,20 @@ def _svg(model: onnx.ModelProto, analysis: Analysis, colours: dict[str, str]) ->
 
 def write_html_report(model: onnx.ModelProto, analysis: Analysis, path: Path) -> None:
     """Write one HTML file with no external resources."""
-    model = prepare_model(model)
+    model = analysis.model  # the graph the analysis saw, after onnxruntime's basic optimizations
     providers = list(dict.fromkeys(n.provider for n in analysis.nodes))
     colours = {p: (CPU_COLOUR if p == "CPUExecutionProvider" else COLOURS[k % len(COLOURS)])
                for k, p in enumerate(providers)}
     legend = " ".join(f'<span style="background:{c};color:white;padding:2px 6px">{html.escape(p)}</span>'
                       for p, c in colours.items())
     parts_rows = "".join(
-        f"<tr><td>P{p.index}</td><td>{html.escape(p.provider)}</td><td>{len(p.nodes)}</td><td>{p.flops:,}</td>"
+        f"<tr><td>P{p.index} {html.escape(p.graph)}</td><td>{html.escape(p.provider)}</td><td>{len(p.nodes)}</td>"
+        f"<td>{'unknown' if p.flops is None else f'{p.flops:,}'}</td>"
         f"<td>{html.escape(', '.join(p.inputs))}</td><td>{html.escape(', '.join(p.outputs))}</td></tr>"
-        for p in analysis.partitions
+        for p in analysis.runtime_partitions
     )
     node_rows = "".join(
-        f"<tr><td>{n.index}</td><td>{html.escape(n.name)}</td><td>{html.escape(n.op_type)}</td>"
+        f"<tr><td>{n.index}</td><td>{html.escape(n.graph)}: {html.escape(n.name)}</td><td>{html.escape(n.op_type)}</td>"
         f"<td>{html.escape(n.provider)}</td><td>{html.escape('; '.join(n.reasons))}</td></tr>"
         for n in analysis.nodes
     )
@@ -79,7 +80,9 @@ def write_html_report(model: onnx.ModelProto, analysis: Analysis, path: Path) ->
 <style>body{{font-family:sans-serif;margin:1em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:12px}}</style>
 </head><body><h1>{html.escape(analysis.target)}: {analysis.verdict}</h1><p>{html.escape(analysis.reason)}</p>
 <ul>{items}</ul><p>{legend}</p><div style="overflow:auto">{_svg(model, analysis, colours)}</div>
-<h2>Partitions</h2><table><tr><th>#</th><th>provider</th><th>nodes</th><th>est. FLOPs</th><th>inputs</th><th>outputs</th></tr>{parts_rows}</table>
+<h2>Partitions onnxruntime will make</h2><p>runtime: {html.escape(analysis.runtime.reason)}; policy
+({len(analysis.partitions)} piece(s) for <code>edgectl partition</code>): {html.escape(analysis.policy.verdict)}
+- {html.escape(analysis.policy.reason)}</p><table><tr><th>#</th><th>provider</th><th>nodes</th><th>est. FLOPs</th><th>inputs</th><th>outputs</th></tr>{parts_rows}</table>
 <h2>Nodes</h2><table><tr><th>#</th><th>name</th><th>op</th><th>provider</th><th>why not earlier providers</th></tr>{node_rows}</table>
 </body></html>
 """

@@ -1,4 +1,8 @@
-"""Fix dynamic input shapes (``--static-shape input=1x3x224x224``) and re-run shape inference."""
+"""Input shapes: what counts as dynamic, the ``--static-shape`` to suggest, and fixing them.
+
+A dim is static only when it has a positive ``dim_value``: ``-1`` and ``0`` (as some exporters
+write), a ``dim_param`` and a missing dim are all dynamic, everywhere in the analysis.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,85 @@ import onnx
 
 from agent.errors import ConfigError, ModelError
 
-__all__ = ["fix_input_shapes", "parse_static_shapes"]
+__all__ = [
+    "dims_text",
+    "dynamic_inputs",
+    "fix_input_shapes",
+    "is_static",
+    "is_static_dim",
+    "normalise_dims",
+    "parse_static_shapes",
+    "static_shape_hint",
+]
+
+
+def is_static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """True for a positive ``dim_value``; ``-1``, ``0``, ``dim_param`` and unset are dynamic."""
+    return dim.HasField("dim_value") and dim.dim_value > 0
+
+
+def is_static(info: onnx.ValueInfoProto) -> bool:
+    """A tensor whose rank and every dim are known (scalars are static)."""
+    tensor = info.type.tensor_type
+    return info.type.HasField("tensor_type") and tensor.HasField("shape") and all(
+        is_static_dim(d) for d in tensor.shape.dim)
+
+
+def dims_text(info: onnx.ValueInfoProto) -> str:
+    """``1x3x?x?`` style: dynamic dims show their ``dim_param`` or ``?``."""
+    dims = info.type.tensor_type.shape.dim
+    if not info.type.tensor_type.HasField("shape"):
+        return "unknown rank"
+    return "x".join(str(d.dim_value) if is_static_dim(d) else (d.dim_param or "?") for d in dims) or "scalar"
+
+
+def _graph_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    initializers = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in initializers and i.type.HasField("tensor_type")]
+
+
+def dynamic_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs (initializers excluded) with any dynamic dim."""
+    return [i for i in _graph_inputs(model) if not is_static(i)]
+
+
+def static_shape_hint(model: onnx.ModelProto) -> str:
+    """The ``--static-shape`` flags to fix every dynamic input: batch as 1, other unknowns named.
+
+    E.g. ``--static-shape x=1x3xHxW`` for ``[-1,3,-1,-1]``; the caller says which names to replace.
+    """
+    flags = []
+    for info in dynamic_inputs(model):
+        dims = info.type.tensor_type.shape.dim
+        parts = []
+        for k, dim in enumerate(dims):
+            if is_static_dim(dim):
+                parts.append(str(dim.dim_value))
+            elif k == 0:
+                parts.append("1")
+            else:
+                parts.append(_placeholder(dim, k, len(dims)))
+        flags.append(f"--static-shape {info.name}={'x'.join(parts) or '1'}")
+    return " ".join(flags)
+
+
+def _placeholder(dim: onnx.TensorShapeProto.Dimension, k: int, rank: int) -> str:
+    if dim.dim_param and dim.dim_param.isidentifier() and not dim.dim_param.lower().startswith("unk"):
+        return dim.dim_param
+    # NCHW images: the last two dims are height and width
+    return {rank - 2: "H", rank - 1: "W"}.get(k, f"D{k}") if rank == 4 else f"D{k}"
+
+
+def normalise_dims(model: onnx.ModelProto) -> None:
+    """Turn ``-1``/``0`` dim values (invalid in ONNX, written by some exporters) into named dynamic dims."""
+    graph = model.graph
+    for info in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if not info.type.HasField("tensor_type"):
+            continue
+        for k, dim in enumerate(info.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value <= 0:
+                dim.Clear()
+                dim.dim_param = f"unk__{info.name}_{k}"
 
 
 def parse_static_shapes(specs: Iterable[str]) -> dict[str, tuple[int, ...]]:

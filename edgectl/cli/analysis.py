@@ -9,13 +9,13 @@ import typer
 from rich.progress import Progress
 
 import targets
-from agent.errors import ConfigError
+from agent.errors import ConfigError, ModelError
 from agent.modelcheck import check_model, load_model_checked
 from edgectl.cli.app import app
 from edgectl.cli.output import console, print_json, print_table
 from targets.partitioner import write_partitions
 from targets.report import write_html_report
-from targets.shapes import fix_input_shapes, parse_static_shapes
+from targets.shapes import dims_text, dynamic_inputs, fix_input_shapes, parse_static_shapes, static_shape_hint
 
 targets_app = typer.Typer(help="List and show target profiles (configs/targets/*.yaml and your own).",
                           no_args_is_help=True)
@@ -32,8 +32,9 @@ def list_targets(json_out: bool = typer.Option(False, "--json", help="Print JSON
         print_json([p.to_dict() for p in profiles])
         return
     print_table("Target profiles", ["name", "providers", "precision", "static shapes", "max partitions"], [
-        (p.name, " > ".join(ep.name.replace("ExecutionProvider", "") for ep in p.execution_providers),
-         p.precision.format, "required" if p.shape.static_required else "optional", p.partition.max_partitions)
+        (p.name, " > ".join(ep.name.replace("ExecutionProvider", "") for ep in p.execution_providers)
+         or f"none ({p.unsupported.runtime if p.unsupported else '?'})", p.precision.format,
+         "required" if p.shape.static_required else "optional", p.partition.max_partitions if p.execution_providers else "-")
         for p in profiles
     ])
 
@@ -49,9 +50,12 @@ def show_target(
         print_json(profile.to_dict())
         return
     console.print(f"[bold]{profile.name}[/bold]: {profile.description}\n  file: {profile.source_file}")
-    print_table("Execution providers (priority order)", ["provider", "runtime", "versions", "op support"], [
-        (ep.name, ep.runtime, ep.versions, ep.op_support.source + (f" {ep.op_support.table}:{ep.op_support.table_version}"
-                                                                  if ep.op_support.table else ""))
+    if profile.unsupported is not None:
+        _print_unsupported(profile)
+        return
+    print_table("Execution providers (priority order)", ["provider", "runtime", "versions", "options", "op support"], [
+        (ep.name, ep.runtime, ep.versions, " ".join(f"{k}={v}" for k, v in ep.options.items()),
+         ep.op_support.source + (f" {ep.op_support.table}:{ep.op_support.table_version}" if ep.op_support.table else ""))
         for ep in profile.execution_providers
     ])
     p = profile
@@ -60,6 +64,16 @@ def show_target(
                   f"\npartitions: at most {p.partition.max_partitions}, at least {p.partition.min_partition_nodes} nodes")
     for note in p.notes:
         console.print(f"note: {note}")
+
+
+def _print_unsupported(profile: targets.TargetProfile) -> None:
+    assert profile.unsupported is not None
+    console.print(f"{profile.name}: NO - {profile.unsupported.reason}", markup=False, style="bold")
+    console.print(f"runtime: {profile.unsupported.runtime}\nconversion path:", markup=False)
+    for k, step in enumerate(profile.unsupported.conversion, 1):
+        console.print(f"  {k}. {step}", markup=False)
+    for note in profile.notes:
+        console.print(f"note: {note}", markup=False)
 
 
 def _load(model_path: Path, static_shape: list[str], profile: targets.TargetProfile | None) -> onnx.ModelProto:
@@ -95,28 +109,42 @@ def inspect(
     if json_out:
         print_json([a.to_dict() for a in analyses] if target == "all" else analyses[0].to_dict())
     elif target == "all":
-        print_table(f"{model_path.name} on every target", ["target", "verdict", "acc. partitions", "nodes on acc.",
-                                                           "FLOPs on acc.", "reason"], [
+        print_table(f"{model_path.name} on every target (runtime: deployed whole; policy: edgectl partition)",
+                    ["target", "runtime", "acc. partitions", "nodes on acc.", "FLOPs on acc.", "policy", "reason"], [
             (a.target, a.verdict, a.accelerator_partitions, f"{a.accelerator_node_share:.0%}",
-             f"{a.accelerator_flops_share:.0%}", a.reason) for a in analyses
+             _share(a.accelerator_flops_share), f"{a.policy.verdict} ({a.policy.accelerator_partitions})", a.reason)
+            for a in analyses
         ])
     else:
         _print_analysis(analyses[0])
 
 
+def _share(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.0%}"
+
+
 def _print_analysis(a: targets.Analysis) -> None:
-    print_table(f"Nodes ({len(a.nodes)})", ["#", "node", "op", "provider", "why not earlier providers"], [
-        (n.index, n.name, n.op_type, n.provider, "; ".join(n.reasons)) for n in a.nodes
-    ])
-    print_table("Partitions", ["#", "provider", "nodes", "est. FLOPs", "inputs", "outputs"], [
-        (p.index, p.provider, len(p.nodes), f"{p.flops:,}", ", ".join(p.inputs), ", ".join(p.outputs))
-        for p in a.partitions
-    ])
+    if a.nodes:
+        print_table(f"Nodes ({len(a.nodes)})", ["#", "graph", "node", "op", "provider", "policy", "why not earlier providers"], [
+            (n.index, n.graph, n.name, n.op_type, n.provider, "" if n.planned == n.provider else n.planned,
+             "; ".join(n.reasons)) for n in a.nodes
+        ])
+        print_table("Partitions onnxruntime will make (deployed whole)", ["#", "graph", "provider", "nodes", "est. FLOPs",
+                                                                            "inputs", "outputs"], [
+            (p.index, p.graph, p.provider, len(p.nodes), "unknown" if p.flops is None else f"{p.flops:,}",
+             ", ".join(p.inputs), ", ".join(p.outputs)) for p in a.runtime_partitions
+        ])
+        print_table("Pieces the profile's policy recommends (edgectl partition)", ["#", "provider", "nodes"], [
+            (p.index, p.provider, len(p.nodes)) for p in a.partitions
+        ])
+    console.print(f"graph: {a.graph_note}", markup=False)
     for source in a.sources.items():
         console.print("op support: {} from {}".format(*source), markup=False)
     for merge in a.merges:
         console.print(f"merged: {merge}", markup=False)
     console.print(f"{a.target}: {a.verdict} - {a.reason}", markup=False, style="bold")
+    if a.nodes:
+        console.print(f"policy: {a.policy.verdict} - {a.policy.reason}", markup=False)
     for advice in a.advice:
         console.print(f"advice: {advice}", markup=False)
 
@@ -133,7 +161,13 @@ def partition(
 ) -> None:
     """Split a model into accelerator and CPU sub-models plus a manifest that runs them in order."""
     profile = targets.load_profile(target)
+    if profile.unsupported is not None:
+        raise ConfigError(f"cannot partition for {profile.name}: {profile.unsupported.reason}")
     model = _load(model_path, static_shape, profile)
+    dynamic = dynamic_inputs(model)
+    if dynamic and profile.shape.static_required:
+        raise ModelError(f"cannot partition for {profile.name} (static shapes only): input {dynamic[0].name!r} is "
+                         f"{dims_text(dynamic[0])}; give {static_shape_hint(model)}")
     analysis = targets.analyse(model, profile, min_partition_nodes=min_partition_nodes)
     manifest = write_partitions(model, analysis, out_dir)
     for merge in analysis.merges:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
 
 import numpy as np
 import onnx
@@ -11,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 IR_VERSION = 8  # what onnxruntime 1.31 and OpenVINO accept for every opset used here
 
-Dim = Union[int, str]
+Dim = int | str
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],

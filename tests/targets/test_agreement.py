@@ -1,4 +1,4 @@
-"""The analysis agrees node for node with the runtimes that can tell on this machine."""
+"""The analysis agrees with the runtimes and tools that can tell on this machine."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import onnxruntime as ort
 import openvino
 import pytest
 from onnxruntime.tools.mobile_helpers import usability_checker
+from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo, optimize_model
 
 import targets
 from agent.modelcheck import load_model_checked
+from tests.corpus import CORPUS
 from tests.targets import graphs
 
 MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models"
@@ -22,8 +24,17 @@ GENERATED = {
     "unsupported_in_middle": graphs.unsupported_in_middle,
     "with_if": graphs.with_if,
     "tree_ensemble": graphs.tree_ensemble,
+    **{f"corpus:{name}": entry.make for name, entry in CORPUS.items()},
 }
 REAL = ["mnist8-modelzoo/mnist-8.onnx", "ultraface-rfb320/ultraface_RFB-320.onnx", "magika-standard_v3_3/model.onnx"]
+# every model in ../shared/models, found when the tests are collected (none: one skipped case says so)
+SHARED = sorted(str(p.relative_to(MODELS)) for p in MODELS.glob("*/*.onnx")) or ["(../shared/models absent)"]
+CHECKER = {
+    "nnapi": lambda m: usability_checker.check_nnapi_partitions(m, True),
+    "coreml-neuralnetwork": lambda m: usability_checker.check_coreml_partitions(
+        m, True, "coreml_supported_neuralnetwork_ops.md"),
+    "coreml-mlprogram": lambda m: usability_checker.check_coreml_partitions(m, True, "coreml_supported_mlprogram_ops.md"),
+}
 
 
 def _model(key: str) -> onnx.ModelProto:
@@ -34,16 +45,31 @@ def _model(key: str) -> onnx.ModelProto:
     return load_model_checked(MODELS / key)
 
 
-@pytest.mark.parametrize("key", list(GENERATED) + REAL)
-def test_nnapi_matches_onnxruntime_checker(key: str) -> None:
-    prepared = targets.prepare_model(_model(key))
-    expected = usability_checker.check_nnapi_partitions(prepared, require_fixed_input_sizes=True)
-    top = {n.name for n in prepared.graph.node}
-    # ORT also partitions inside If/Loop bodies; the analysis places control-flow nodes whole
-    groups = [g for g in expected.supported_groups if g[0].name in top]
-    analysis = targets.analyse(prepared, targets.load_profile("nnapi"), min_partition_nodes=1, max_partitions=99)
-    assert {n.name for n in analysis.nodes if n.accelerator} == {n.name for g in groups for n in g}
-    assert analysis.accelerator_partitions == len(groups)
+def _checker_own_path(model: onnx.ModelProto, target: str, tmp: Path) -> tuple[int, int, int, str]:
+    """ORT's usability checker exactly as `python -m onnxruntime.tools.check_onnx_model_mobile_usability` runs it."""
+    source, optimized = tmp / "model.onnx", tmp / "optimized.onnx"
+    onnx.save(model, str(source))
+    optimize_model(source, optimized, use_external_initializers=True)
+    try:
+        with_shapes = ModelProtoWithShapeInfo(optimized).model_with_shape_info
+    except onnx.shape_inference.InferenceError as exc:
+        pytest.skip(f"onnxruntime's checker itself cannot analyse this model: {str(exc).splitlines()[0][:120]}")
+    info = CHECKER[target](with_shapes)
+    return info.num_partitions, info.num_supported_nodes, info.num_nodes, info.suitability().name
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # ORT helper's __del__
+@pytest.mark.parametrize("target", list(CHECKER))
+@pytest.mark.parametrize("key", list(GENERATED) + SHARED)
+def test_ort_mobile_targets_match_onnxruntime_checker(key: str, target: str, tmp_path: Path) -> None:
+    if key.startswith("("):
+        pytest.skip(f"{MODELS} absent: no shared models to compare")
+    model = _model(key)
+    expected = _checker_own_path(model, target, tmp_path)
+    analysis = targets.analyse(model, targets.load_profile(target))
+    runtime = analysis.runtime
+    got = (runtime.accelerator_partitions, runtime.accelerator_nodes, runtime.nodes, runtime.verdict)
+    assert got == expected
 
 
 @pytest.mark.parametrize("key", ["conv_chain", "unsupported_in_middle", "tree_ensemble", *REAL])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -25,7 +26,7 @@ def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str
 
 
 def _split_and_run(model: onnx.ModelProto, target: str, out: Path, feeds: dict[str, np.ndarray],
-                   **limits: int) -> tuple[dict, dict[str, np.ndarray]]:
+                   **limits: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     analysis = targets.analyse(model, targets.load_profile(target), **limits)
     manifest = json.loads(write_partitions(model, analysis, out).read_text())
     with PartitionedRunner(load_plan(out)) as runner:

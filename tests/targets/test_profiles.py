@@ -9,13 +9,17 @@ import pytest
 import targets
 from agent.errors import ConfigError, NotFoundError
 
-REQUIRED = {"jetson-orin", "jetson-nano", "myriad", "intel-npu", "nnapi", "qnn-htp", "cpu-x86", "cpu-arm"}
+REQUIRED = {"jetson-orin", "jetson-nano", "myriad", "intel-npu", "nnapi", "qnn-htp", "cpu-x86", "cpu-arm",
+            "coreml-neuralnetwork", "coreml-mlprogram", "edgetpu"}
 
 
 def test_builtin_profiles_load_and_cpu_is_last() -> None:
     profiles = {p.name: p for p in targets.list_profiles()}
     assert set(profiles) >= REQUIRED
     for profile in profiles.values():
+        if profile.unsupported is not None:  # edgetpu: no ONNX runtime drives it
+            assert profile.execution_providers == () and profile.to_dict()["unsupported"]["conversion"]
+            continue
         assert profile.execution_providers[-1].name == "CPUExecutionProvider"
         assert profile.to_dict()["name"] == profile.name
     assert [ep.name for ep in profiles["jetson-orin"].execution_providers] == [
@@ -24,10 +28,16 @@ def test_builtin_profiles_load_and_cpu_is_last() -> None:
     assert profiles["nnapi"].precision.activations == "uint8"
     assert profiles["myriad"].shape.static_required and profiles["myriad"].partition.max_partitions == 10
     assert any("2022.3" in note for note in profiles["myriad"].notes)
+    for fmt in ("NeuralNetwork", "MLProgram"):
+        coreml = profiles[f"coreml-{fmt.lower()}"].execution_providers[0]
+        assert coreml.name == "CoreMLExecutionProvider" and coreml.options["ModelFormat"] == fmt
+    assert profiles["coreml-mlprogram"].precision.format == "fp16"
+    assert profiles["coreml-neuralnetwork"].precision.format == "fp32"
+    assert "edgetpu_compiler" in profiles["edgetpu"].unsupported.reason  # type: ignore[union-attr]
 
 
 def test_unknown_profile_lists_known_names() -> None:
-    with pytest.raises(NotFoundError, match="known: .*nnapi"):
+    with pytest.raises(NotFoundError, match=r"known: .*nnapi"):
         targets.load_profile("no-such-target")
 
 
