@@ -1,13 +1,23 @@
-"""Writes that survive a crash or power cut: temp file, fsync, rename, fsync the directory."""
+"""Writes that survive a crash or power cut: temp file, fsync, rename, fsync the directory.
+
+The one atomic-write helper of the project (the agent's state, the quantizer's outputs, the fleet
+PKI). The temp file has a unique name beside the target, so concurrent writers never share one;
+a write that fails (a full disk) removes its temp file. Only a process killed in the middle of a
+write leaves a ``.<name>.*.tmp`` behind: :func:`remove_stale_temps` clears those where a single
+writer owns the directory (the agent's state directory at start-up).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "atomic_write_json", "fsync_dir", "read_json"]
+__all__ = ["TEMP_SUFFIX", "atomic_write", "atomic_write_json", "fsync_dir", "read_json", "remove_stale_temps"]
+
+TEMP_SUFFIX = ".tmp"
 
 
 def fsync_dir(path: Path) -> None:
@@ -18,14 +28,23 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a reader sees either the old or the new bytes."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` so that a reader sees either the old or the new bytes, even after a power cut.
+
+    The file gets ``mode`` before a byte is written, so a private key never exists with looser
+    permissions. Raises OSError (ENOSPC on a full disk) with no temp file left behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 
@@ -41,3 +60,12 @@ def read_json(path: Path) -> Any | None:
         return None
     except (OSError, ValueError):
         return None
+
+
+def remove_stale_temps(directory: Path) -> int:
+    """Delete the temp files that killed writers left in ``directory``; return how many."""
+    removed = 0
+    for leftover in directory.glob(f".*{TEMP_SUFFIX}"):
+        leftover.unlink(missing_ok=True)
+        removed += 1
+    return removed

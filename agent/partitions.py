@@ -8,7 +8,6 @@ pieces by name.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import numpy as np
 
 from agent.errors import ModelError
 from agent.modelcheck import load_model_checked
+from agent.protocol.package import sha256_file
 
 __all__ = ["MANIFEST_FORMAT", "MANIFEST_NAME", "PartitionPlan", "PartitionedRunner", "Piece", "load_plan"]
 
@@ -67,7 +67,7 @@ def _piece(directory: Path, entry: Mapping[str, Any]) -> Piece:
     file = (directory / name).resolve()
     if Path(name).name != name or not file.is_relative_to(directory.resolve()):
         raise ModelError(f"{directory / MANIFEST_NAME}: piece file {name!r} is not a plain name in the directory")
-    if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != entry["sha256"]:
+    if not file.is_file() or sha256_file(file) != entry["sha256"]:
         raise ModelError(f"{file}: missing or its sha256 does not match the manifest")
     return Piece(file, str(entry["provider"]), tuple(entry["inputs"]), tuple(entry["outputs"]))
 

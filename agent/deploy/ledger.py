@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from agent.durable import atomic_write_json, read_json
+from agent.errors import OperationFailed
 
 __all__ = ["Ledger"]
 
@@ -30,14 +31,18 @@ class Ledger:
         return self._versions.get(name, 0)
 
     def accept_seq(self, seq: int) -> None:
+        """Persist ``seq`` as handled; raise OperationFailed (and keep the old one) when it cannot be saved."""
         with self._lock:
-            self._seq = max(self._seq, seq)
-            self._save()
+            self._save(max(self._seq, seq), self._versions)
 
     def commit_version(self, name: str, version: int) -> None:
         with self._lock:
-            self._versions[name] = max(self._versions.get(name, 0), version)
-            self._save()
+            self._save(self._seq, {**self._versions, name: max(self._versions.get(name, 0), version)})
 
-    def _save(self) -> None:
-        atomic_write_json(self.path, {"last_seq": self._seq, "versions": self._versions})
+    def _save(self, seq: int, versions: dict[str, int]) -> None:
+        """Write first, then take the new values: memory never runs ahead of the disk."""
+        try:
+            atomic_write_json(self.path, {"last_seq": seq, "versions": versions})
+        except OSError as exc:
+            raise OperationFailed(f"cannot save the ledger: {exc.strerror or exc}") from exc
+        self._seq, self._versions = seq, versions

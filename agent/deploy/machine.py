@@ -4,40 +4,24 @@ Each state's handler returns an :class:`Event`; only :data:`TRANSITIONS` decides
 The deployment record is saved atomically *before* a state runs, so a crash or power cut at any
 point restarts in a known state; :data:`RECOVERY` maps the saved state to where a restarted agent
 resumes, and anything unknown means roll back. A per-state entry counter stops crash loops.
+A state whose record cannot be saved (a full disk) does not run: it fails, and the failure and
+rollback states clean up whatever happens to their own record.
 """
 
 from __future__ import annotations
 
-import base64
 import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from agent.durable import atomic_write_json, read_json
-from agent.protocol.manifest import Manifest
+from agent.deploy.record import Deployment, Options, Outcome, State
+from agent.durable import atomic_write_json
 
-__all__ = ["RECOVERY", "TRANSITIONS", "Deployment", "Event", "Machine", "State"]
+__all__ = ["RECOVERY", "TRANSITIONS", "Deployment", "Event", "Machine", "Options", "Outcome", "State", "load_record"]
 
 log = logging.getLogger(__name__)
-
-
-class State(str, enum.Enum):
-    """States under their saved names: never rename a value, old agents' files use it."""
-
-    DOWNLOAD = "download"
-    VERIFY = "verify"
-    STAGE = "stage"
-    SHADOW = "shadow"
-    ACTIVATE = "activate"
-    HEALTH = "health"
-    COMMIT = "commit"
-    ROLLBACK = "rollback"
-    FAILURE = "failure"
-    DONE = "done"
 
 
 class Event(enum.Enum):
@@ -80,51 +64,14 @@ RECOVERY: Mapping[State, State] = {
     State.DONE: State.DONE,
 }
 
-RECORD_SCHEMA = 1
+def load_record(path: Path) -> Deployment | None:
+    """The saved deployment in the state a restarted agent resumes it in, or None."""
+    return Deployment.load(path, RECOVERY)
 
 
-@dataclass
-class Deployment:
-    """Everything a deployment needs to resume after a restart; saved as ``deployment.json``."""
-
-    deployment_id: str
-    manifest_bytes: bytes
-    state: State = State.DOWNLOAD
-    entries: dict[str, int] = field(default_factory=dict)
-    reason: str = ""
-    outcome: str = ""  # ok | rolled-back | failed, set by the terminal states
-    data: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def manifest(self) -> Manifest:
-        return Manifest.from_bytes(self.manifest_bytes)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": RECORD_SCHEMA, "deployment_id": self.deployment_id, "state": self.state.value,
-            "manifest": base64.b64encode(self.manifest_bytes).decode(), "entries": self.entries,
-            "reason": self.reason, "outcome": self.outcome, "data": self.data,
-        }
-
-    @classmethod
-    def load(cls, path: Path) -> Deployment | None:
-        """Read a saved record; an unknown state resumes as ROLLBACK, an unreadable record as None."""
-        raw = read_json(path)
-        if not isinstance(raw, dict) or raw.get("schema") != RECORD_SCHEMA:
-            return None
-        try:
-            state = RECOVERY.get(State(raw["state"]), State.ROLLBACK)
-        except ValueError:
-            state = State.ROLLBACK
-        try:
-            return cls(
-                deployment_id=str(raw["deployment_id"]), manifest_bytes=base64.b64decode(raw["manifest"]),
-                state=state, entries=dict(raw.get("entries", {})), reason=str(raw.get("reason", "")),
-                outcome=str(raw.get("outcome", "")), data=dict(raw.get("data", {})),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
+# States that run even when their record cannot be saved: they only clean up and never raise, and
+# what they free (a download, a slot) is what a full disk needs back.
+ALWAYS_RUN = frozenset({State.ROLLBACK, State.FAILURE})
 
 Handler = Callable[[Deployment], Event]
 
@@ -146,19 +93,26 @@ class Machine:
         self.max_entries = max_entries
         # Test seam: called after the state is saved and before it runs (kill tests pause here).
         self.pause_in = pause_in
+        self.save_error = ""
 
     def run(self, deployment: Deployment) -> Deployment:
-        while deployment.state is not State.DONE:
-            self._enter(deployment)
-            if deployment.state is State.DONE:
+        while not _finished(deployment):
+            saved = self._enter(deployment)
+            if _finished(deployment):
                 break
-            event = self._step(deployment)
+            if saved or deployment.state in ALWAYS_RUN:
+                event = self._step(deployment)
+            else:  # a state that may not be resumed correctly must not act
+                deployment.reason = f"{deployment.state.value}: cannot save the deployment record: {self.save_error}"
+                log.error("deployment %s: %s", deployment.deployment_id, deployment.reason)
+                event = Event.FAILURE
             deployment.state = TRANSITIONS[(deployment.state, event)]
         self._save(deployment)
         self.report(deployment)
         return deployment
 
-    def _enter(self, deployment: Deployment) -> None:
+    def _enter(self, deployment: Deployment) -> bool:
+        """Count the entry, stop crash loops, save and report; False when the record could not be saved."""
         key = deployment.state.value
         deployment.entries[key] = deployment.entries.get(key, 0) + 1
         if deployment.entries[key] > self.max_entries:
@@ -167,13 +121,14 @@ class Machine:
             deployment.reason = f"crash loop: entered {key} {deployment.entries[key] - 1} times"
             log.error("%s; going to %s", deployment.reason, escape.value)
             if escape is State.DONE:
-                deployment.outcome = deployment.outcome or "failed"
+                deployment.outcome = deployment.outcome or Outcome.FAILED
             deployment.state = escape
             deployment.entries[escape.value] = deployment.entries.get(escape.value, 0) + 1
-        self._save(deployment)
+        saved = self._save(deployment)
         self.report(deployment)
         if self.pause_in is not None:
             self.pause_in(deployment.state)
+        return saved
 
     def _step(self, deployment: Deployment) -> Event:
         handler = self.handlers[deployment.state]
@@ -187,5 +142,16 @@ class Machine:
         log.info("%s: %s in %.2fs", deployment.state.value, event.value, time.monotonic() - started)
         return event
 
-    def _save(self, deployment: Deployment) -> None:
-        atomic_write_json(self.record_path, deployment.to_json())
+    def _save(self, deployment: Deployment) -> bool:
+        """Save the record; on a full disk (or any write error) keep going and say so."""
+        try:
+            atomic_write_json(self.record_path, deployment.to_dict())
+        except OSError as exc:
+            self.save_error = f"{exc.strerror or exc}"
+            log.error("cannot save deployment %s in %s: %s", deployment.deployment_id, deployment.state.value, exc)
+            return False
+        return True
+
+
+def _finished(deployment: Deployment) -> bool:
+    return deployment.state is State.DONE

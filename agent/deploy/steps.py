@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import time
@@ -15,11 +14,12 @@ import numpy as np
 from agent.config import DeploySettings
 from agent.deploy.download import Download
 from agent.deploy.ledger import Ledger
-from agent.deploy.machine import Deployment, Event, Handler, State
+from agent.deploy.machine import Deployment, Event, Handler, Outcome, State
 from agent.deploy.slots import ActiveModel, Slots
 from agent.deploy.stage import stage_in_child
 from agent.errors import EdgeError
 from agent.model_host import ModelHost
+from agent.protocol.manifest import manifest_sha256
 from agent.protocol.package import extract_payload
 from agent.tensors import synthetic_feeds
 
@@ -71,12 +71,12 @@ class Steps:
 
     def _new_model(self, deployment: Deployment) -> ActiveModel:
         m = deployment.manifest
-        return ActiveModel(deployment.data["slot"], m.name, m.version, hashlib.sha256(deployment.manifest_bytes).hexdigest())
+        return ActiveModel(_slot(deployment), m.name, m.version, manifest_sha256(deployment.manifest_bytes))
 
     # -- states -----------------------------------------------------------------------------------
 
     def download(self, deployment: Deployment) -> Event:
-        problem = check_acceptable(deployment, self.ledger, self.device_target, bool(deployment.data.get("allow_downgrade")))
+        problem = check_acceptable(deployment, self.ledger, self.device_target, deployment.options.allow_downgrade)
         if problem:
             return self._fail(deployment, problem)
         try:
@@ -88,12 +88,12 @@ class Steps:
 
     def verify(self, deployment: Deployment) -> Event:
         manifest = deployment.manifest
-        problem = check_acceptable(deployment, self.ledger, self.device_target, bool(deployment.data.get("allow_downgrade")))
+        problem = check_acceptable(deployment, self.ledger, self.device_target, deployment.options.allow_downgrade)
         if problem:
             return self._fail(deployment, problem)
         payload = Download(self.downloads, manifest.payload).finish()
         target = self.slots.prepare_spare()
-        deployment.data["slot"] = target.name
+        deployment.learn(slot=target.name)
         try:
             extract_payload(payload, manifest, target)
         except EdgeError as exc:
@@ -103,27 +103,27 @@ class Steps:
 
     def stage(self, deployment: Deployment) -> Event:
         result = stage_in_child(
-            self.slots.dir(deployment.data["slot"]), self.settings.stage_timeout_s, self.settings.stage_memory_mb
+            self.slots.dir(_slot(deployment)), self.settings.stage_timeout_s, self.settings.stage_memory_mb
         )
-        deployment.data["stage"] = result.detail
+        deployment.learn(stage=result.detail)
         return Event.SUCCESS if result.ok else self._fail(deployment, f"stage: {result.detail}")
 
     def shadow(self, deployment: Deployment) -> Event:
         """When the desired state asks: the new model answers beside the serving one; too little agreement fails."""
-        wanted = deployment.data.get("shadow_min")
+        wanted = deployment.options.shadow_min
         if wanted is None:
             return Event.SUCCESS
         if self.host.current is None:
-            deployment.data["shadow"] = {"agreement": None, "detail": "no model is serving: nothing to compare with"}
+            deployment.learn(shadow={"agreement": None, "detail": "no model is serving: nothing to compare with"})
             return Event.SUCCESS
         try:
-            result = self.host.shadow(self.slots.dir(deployment.data["slot"]), deployment.manifest)
+            result = self.host.shadow(self.slots.dir(_slot(deployment)), deployment.manifest)
         except Exception as exc:  # whatever the candidate does on real inputs is its failure, not the agent's
             return self._fail(deployment, f"shadow: the new model failed beside the serving one: {_first_line(exc)}")
-        deployment.data["shadow"] = {**result.to_dict(), "min_agreement": wanted}
-        if result.agreement < float(wanted):
+        deployment.learn(shadow={**result.to_dict(), "min_agreement": wanted})
+        if result.agreement < wanted:
             return self._fail(deployment, f"shadow: the new model agrees with the serving one on {result.agreement:.1%} of"
-                                          f" {result.samples} inputs, {float(wanted):.1%} needed ({result.first_difference})")
+                                          f" {result.samples} inputs, {wanted:.1%} needed ({result.first_difference})")
         return Event.SUCCESS
 
     def activate(self, deployment: Deployment) -> Event:
@@ -133,8 +133,7 @@ class Steps:
             loaded = self.host.load(model)
         except EdgeError as exc:
             return self._fail(deployment, f"activate: {exc}")
-        deployment.data["backend"] = loaded.selection.backend
-        deployment.data["selection"] = loaded.selection.to_dict()
+        deployment.learn(backend=loaded.selection.backend, selection=loaded.selection.to_dict())
         return Event.SUCCESS
 
     def health(self, deployment: Deployment) -> Event:
@@ -151,7 +150,7 @@ class Steps:
         if latencies is None:
             return self._fail(deployment, "health: the model produced NaN or infinite outputs")
         p95 = float(np.percentile(latencies, 95))
-        deployment.data["health_p95_ms"] = round(p95, 3)
+        deployment.learn(health_p95_ms=round(p95, 3))
         if bound is not None and p95 > float(bound):
             return self._fail(deployment, f"health: p95 latency {p95:.2f} ms exceeds the bound of {float(bound):.2f} ms")
         return Event.SUCCESS
@@ -160,15 +159,15 @@ class Steps:
         manifest = deployment.manifest
         self.ledger.commit_version(manifest.name, manifest.version)
         Download(self.downloads, manifest.payload).discard()
-        deployment.outcome = "ok"
+        deployment.outcome = Outcome.OK
         deployment.reason = f"{manifest.name} v{manifest.version} committed"
         return Event.SUCCESS
 
     def rollback(self, deployment: Deployment) -> Event:
         """Put the previous model back; keep going whatever fails, a half rollback bricks devices."""
-        deployment.outcome = "rolled-back"
+        deployment.outcome = Outcome.ROLLED_BACK
         try:
-            if "slot" in deployment.data and self.slots.active() == self._new_model(deployment):
+            if deployment.findings.slot is not None and self.slots.active() == self._new_model(deployment):
                 self.slots.roll_back()
             active = self.slots.active()
             if active is None:
@@ -182,21 +181,46 @@ class Steps:
             self._cleanup(deployment)
         return Event.SUCCESS
 
+    def restore_committed(self, deployment: Deployment) -> bool:
+        """Before a restarted agent serves: point back at the committed model if ``deployment`` may have switched away.
+
+        A resumed deployment in ROLLBACK (saved in ACTIVATE, HEALTH or ROLLBACK, or unknown) may have
+        left the pointer on its new, uncommitted model. Returns False when that could not be undone
+        (then nothing must be served until the rollback state runs)."""
+        if deployment.state is not State.ROLLBACK or deployment.findings.slot is None:
+            return True
+        try:
+            if self.slots.active() == self._new_model(deployment):
+                self.slots.roll_back()
+                log.info("deployment %s: back on the committed model before serving", deployment.deployment_id)
+        except Exception:
+            log.exception("cannot restore the committed model for %s", deployment.deployment_id)
+            return False
+        return True
+
     def failure(self, deployment: Deployment) -> Event:
         """Clean up a deployment that never touched the active model."""
-        deployment.outcome = deployment.outcome or "failed"
+        deployment.outcome = deployment.outcome or Outcome.FAILED
         self._cleanup(deployment)
         return Event.SUCCESS
 
     def _cleanup(self, deployment: Deployment) -> None:
         try:
             Download(self.downloads, deployment.manifest.payload).discard()
-            slot = deployment.data.get("slot")
+            slot = deployment.findings.slot
             active = self.slots.active()
             if slot and (active is None or active.slot != slot):
                 shutil.rmtree(self.slots.dir(slot), ignore_errors=True)
         except Exception:
             log.exception("cleanup of %s did not complete", deployment.deployment_id)
+
+
+def _slot(deployment: Deployment) -> str:
+    """The slot VERIFY unpacked into (the states after it run only once it is known)."""
+    slot = deployment.findings.slot
+    if slot is None:
+        raise RuntimeError(f"deployment {deployment.deployment_id} in {deployment.state.value} has no slot")
+    return slot
 
 
 def _first_line(exc: BaseException) -> str:

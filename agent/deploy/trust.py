@@ -13,13 +13,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.durable import atomic_write_json, read_json
-from agent.errors import ProtocolError, VerificationError
+from agent.errors import ConfigError, OperationFailed, ProtocolError, VerificationError
 from agent.protocol.envelope import KEY_ROTATION_TYPE, Envelope, TrustedKeys, key_id, load_public_key, sign
 from agent.protocol.schema import decode_json, encode_json
 
-__all__ = ["ROLES", "KeyRotation", "TrustStore"]
+__all__ = ["ROLES", "KeyRotation", "RoleTrust", "TrustStore"]
 
 ROLES = ("package", "controller")
 
@@ -51,8 +54,35 @@ class KeyRotation:
             load_public_key(pem)
         return cls(role, f.integer("version", 1), f.number("issued_at"), new_keys, tuple(str(k) for k in f.array("retire", 16)))
 
-    def sign(self, old_key: object) -> Envelope:
-        return sign(KEY_ROTATION_TYPE, self.to_payload(), old_key)  # type: ignore[arg-type]
+    def sign(self, old_key: Ed25519PrivateKey) -> Envelope:
+        return sign(KEY_ROTATION_TYPE, self.to_payload(), old_key)
+
+
+@dataclass(frozen=True)
+class RoleTrust:
+    """What rotations changed for one role: the accepted version, keys added since the pins, key ids retired."""
+
+    version: int = 0
+    added: tuple[str, ...] = ()  # PEM public keys
+    retired: tuple[str, ...] = ()  # key ids
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "added": list(self.added), "retired": list(self.retired)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RoleTrust:
+        """Read the saved form; a damaged entry raises ConfigError (the device must not silently forget a rotation)."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"trust state: expected an object per role, got {type(data).__name__}")
+        version, added, retired = data.get("version", 0), data.get("added", []), data.get("retired", [])
+        if isinstance(version, bool) or not isinstance(version, int) or not _strings(added) or not _strings(retired):
+            raise ConfigError("trust state: version must be an integer, added and retired lists of strings")
+        return cls(version, tuple(added), tuple(retired))
+
+    def rotated(self, rotation: KeyRotation) -> RoleTrust:
+        """This role after ``rotation``: its keys added, the retired ones dropped."""
+        kept = tuple(p for p in self.added if key_id(load_public_key(p)) not in rotation.retire)
+        return RoleTrust(rotation.version, kept + rotation.new_keys, tuple(sorted({*self.retired, *rotation.retire})))
 
 
 class TrustStore:
@@ -63,15 +93,16 @@ class TrustStore:
         self._pinned = {"package": package_pems, "controller": controller_pems}
         self._lock = threading.Lock()
         saved = read_json(self.path) or {}
-        self._state: dict[str, dict[str, object]] = {
-            role: {"version": 0, "added": [], "retired": [], **saved.get(role, {})} for role in ROLES
-        }
+        if not isinstance(saved, dict):
+            raise ConfigError(f"{self.path}: expected a JSON object")
+        self._state = {role: RoleTrust.from_dict(saved.get(role, {})) for role in ROLES}
 
     def keys(self, role: str) -> TrustedKeys:
-        state = self._state[role]
-        pems = [*self._pinned[role], *state["added"]]  # type: ignore[misc]
-        keys = [load_public_key(p) for p in pems]
-        return TrustedKeys([k for k in keys if key_id(k) not in state["retired"]])  # type: ignore[operator]
+        return self._keys(role, self._state[role])
+
+    def _keys(self, role: str, trust: RoleTrust) -> TrustedKeys:
+        keys = [load_public_key(p) for p in [*self._pinned[role], *trust.added]]
+        return TrustedKeys([k for k in keys if key_id(k) not in trust.retired])
 
     def _verified(self, envelope: Envelope) -> KeyRotation:
         """The rotation, once a key trusted for the role it names has signed it (parsed only then)."""
@@ -92,16 +123,22 @@ class TrustStore:
         rotation = self._verified(envelope)
         role = rotation.role
         with self._lock:
-            state = self._state[role]
-            if rotation.version <= int(state["version"]):  # type: ignore[call-overload]
-                raise VerificationError(f"stale key rotation: version {rotation.version} <= accepted {state['version']}")
+            current = self._state[role]
+            if rotation.version <= current.version:
+                raise VerificationError(f"stale key rotation: version {rotation.version} <= accepted {current.version}")
             if rotation.issued_at > (now or time.time()) + 300:
                 raise VerificationError("key rotation issued in the future")
-            added = [p for p in state["added"] if key_id(load_public_key(p)) not in rotation.retire]  # type: ignore[attr-defined]
-            self._state[role] = {"version": rotation.version, "added": added + list(rotation.new_keys),
-                                 "retired": sorted({*state["retired"], *rotation.retire})}  # type: ignore[misc]
-            if not self.keys(role).ids():
-                self._state[role] = state
+            after = current.rotated(rotation)
+            if not self._keys(role, after).ids():
                 raise VerificationError("key rotation would leave no trusted key")  # never lock the device out
-            atomic_write_json(self.path, self._state)
+            state = {**self._state, role: after}
+            try:
+                atomic_write_json(self.path, {r: t.to_dict() for r, t in state.items()})
+            except OSError as exc:
+                raise OperationFailed(f"cannot save the key rotation: {exc.strerror or exc}") from exc
+            self._state = state
         return rotation
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -11,11 +12,16 @@ from typing import Any
 from agent.errors import ProtocolError, VerificationError
 from agent.protocol.schema import SCHEMA_VERSION, Fields
 
-__all__ = ["FileEntry", "Manifest", "PayloadInfo", "TargetInfo", "TensorSignature"]
+__all__ = ["FileEntry", "Manifest", "PayloadInfo", "TargetInfo", "TensorSignature", "manifest_sha256"]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 MAX_FILES = 256
 MAX_PAYLOAD_BYTES = 8 * 1024**3
+
+
+def manifest_sha256(manifest_bytes: bytes) -> str:
+    """The identity of a signed manifest: sha256 over its exact bytes (two builds of one payload differ)."""
+    return hashlib.sha256(manifest_bytes).hexdigest()
 
 
 def _sha(value: str, what: str) -> str:

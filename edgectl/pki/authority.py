@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+# write_file: the project's one atomic writer, re-exported for the PKI's callers (mode 0600 for keys).
+from agent.durable import atomic_write as write_file
 from agent.errors import ConfigError, NotFoundError, UserError
 from agent.protocol.topics import validate_id
 from edgectl.pki.certs import Algorithm, PrivateKey, Usage, build_crl, cert_pem, generate_key, issue, key_pem
@@ -33,22 +34,6 @@ CONTROLLER = "controller"
 RESERVED_IDS = frozenset({CONTROLLER})
 CA_DAYS = 3650
 CRL_DAYS = 365
-
-
-def write_file(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` atomically with ``mode`` (the file never exists with looser permissions)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -47,3 +49,29 @@ def model_v(tmp_path: Path) -> Callable[[int], Path]:
     def make(n: int, **kwargs: int) -> Path:
         return tiny_classifier(tmp_path / f"model-{n}-{len(kwargs)}.onnx", size=8, seed=n, **kwargs)
     return make
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MiB filesystem (tmpfs) that tests fill up: ENOSPC from the kernel, not from a seam."""
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN): {done.stderr.strip()}")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(disk: Path, leave_bytes: int = 0) -> Path:
+    """Fill ``disk`` until only ``leave_bytes`` are free; delete the returned file to give the space back."""
+    filler = disk / "filler"
+    with filler.open("ab", buffering=0) as f:
+        block = max(shutil.disk_usage(disk).free - leave_bytes, 0)
+        while block >= 4096:  # halve the block on ENOSPC: ends with less than one page free beyond ``leave_bytes``
+            try:
+                f.write(b"\0" * block)
+            except OSError:
+                pass
+            block = min(block // 2, max(shutil.disk_usage(disk).free - leave_bytes, 0))
+    return filler

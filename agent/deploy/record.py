@@ -1,0 +1,162 @@
+"""The deployment record: what a deployment needs to resume after a restart, saved as ``deployment.json``.
+
+Typed in memory, plain JSON on disk. The saved names are stable (an older agent's record must still
+load): the record carries ``"schema": 1``; the desired state's options and what the states learned
+share one ``"data"`` object under the keys of :class:`Options` and :class:`Findings`. A record that
+cannot be read (missing keys, wrong types) is ``None``: nothing to resume.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.durable import read_json
+from agent.protocol.manifest import Manifest
+
+__all__ = ["RECORD_SCHEMA", "Deployment", "Findings", "Options", "Outcome", "State"]
+
+RECORD_SCHEMA = 1
+
+
+class State(str, enum.Enum):
+    """States under their saved names: never rename a value, old agents' files use it."""
+
+    DOWNLOAD = "download"
+    VERIFY = "verify"
+    STAGE = "stage"
+    SHADOW = "shadow"
+    ACTIVATE = "activate"
+    HEALTH = "health"
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+    FAILURE = "failure"
+    DONE = "done"
+
+
+class Outcome(str, enum.Enum):
+    """How a deployment ended, as reported in its terminal event's status."""
+
+    OK = "ok"
+    ROLLED_BACK = "rolled-back"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the desired state asked of this deployment."""
+
+    allow_downgrade: bool = False
+    shadow_min: float | None = None  # the agreement a shadow run must reach; None: no shadow run
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"allow_downgrade": self.allow_downgrade, "shadow_min": self.shadow_min}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Options:
+        shadow_min = data.get("shadow_min")
+        return cls(_typed(data, "allow_downgrade", bool, False), None if shadow_min is None else _number(shadow_min))
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the states learned so far; each state adds its part with :meth:`Deployment.learn`."""
+
+    slot: str | None = None  # the slot the payload was unpacked into (VERIFY)
+    stage: str | None = None  # staging's one-line verdict (STAGE)
+    shadow: Mapping[str, Any] | None = None  # the shadow run's figures (SHADOW), as agent.shadow reports them
+    backend: str | None = None  # the backend chosen by measurement (ACTIVATE)
+    selection: Mapping[str, Any] | None = None  # the whole selection, as agent.selection reports it (ACTIVATE)
+    health_p95_ms: float | None = None  # (HEALTH)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The findings made so far (absent keys: not made yet)."""
+        return {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def report(self) -> dict[str, Any]:
+        """The findings that go into the device's events."""
+        return {k: v for k, v in self.to_dict().items() if k in ("backend", "health_p95_ms", "stage", "shadow")}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Findings:
+        health = data.get("health_p95_ms")
+        return cls(
+            slot=_typed(data, "slot", str, None), stage=_typed(data, "stage", str, None),
+            shadow=_typed(data, "shadow", dict, None), backend=_typed(data, "backend", str, None),
+            selection=_typed(data, "selection", dict, None), health_p95_ms=None if health is None else _number(health),
+        )
+
+
+@dataclass
+class Deployment:
+    """One deployment's progress: the machine moves ``state``; handlers set ``reason``, ``outcome`` and findings."""
+
+    deployment_id: str
+    manifest_bytes: bytes
+    state: State = State.DOWNLOAD
+    entries: dict[str, int] = field(default_factory=dict)  # times each state was entered (crash-loop guard)
+    reason: str = ""
+    outcome: Outcome | None = None  # set by the terminal states
+    options: Options = field(default_factory=Options)
+    findings: Findings = field(default_factory=Findings)
+    ticket: int = 0  # its place in the work queue (agent.deploy.jobs), 0 for records older than the queue
+
+    @property
+    def manifest(self) -> Manifest:
+        return Manifest.from_bytes(self.manifest_bytes)
+
+    def learn(self, **findings: Any) -> None:
+        """Record what a state found out (``slot=...``, ``backend=...``)."""
+        self.findings = dataclasses.replace(self.findings, **findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": RECORD_SCHEMA, "deployment_id": self.deployment_id, "state": self.state.value,
+            "manifest": base64.b64encode(self.manifest_bytes).decode(), "entries": self.entries,
+            "reason": self.reason, "outcome": self.outcome.value if self.outcome else "",
+            "data": {**self.options.to_dict(), **self.findings.to_dict()}, "ticket": self.ticket,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Any, recovery: Mapping[State, State]) -> Deployment | None:
+        """Read a saved record; its state maps through ``recovery`` (unknown means ROLLBACK); unreadable is None."""
+        if not isinstance(raw, dict) or raw.get("schema") != RECORD_SCHEMA:
+            return None
+        try:
+            state = recovery.get(State(raw["state"]), State.ROLLBACK)
+        except (ValueError, KeyError):
+            state = State.ROLLBACK
+        try:
+            data = raw.get("data", {})
+            if not isinstance(data, dict):
+                raise TypeError("data")
+            return cls(
+                deployment_id=str(raw["deployment_id"]), manifest_bytes=base64.b64decode(raw["manifest"]),
+                state=state, entries={str(k): int(v) for k, v in dict(raw.get("entries", {})).items()},
+                reason=str(raw.get("reason", "")), outcome=Outcome(raw["outcome"]) if raw.get("outcome") else None,
+                options=Options.from_dict(data), findings=Findings.from_dict(data), ticket=int(raw.get("ticket", 0)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @classmethod
+    def load(cls, path: Path, recovery: Mapping[State, State]) -> Deployment | None:
+        return cls.from_dict(read_json(path), recovery)
+
+
+def _typed(data: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = data.get(key, default)
+    if value is not None and not isinstance(value, kind):
+        raise TypeError(f"{key}: expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)

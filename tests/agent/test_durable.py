@@ -1,0 +1,41 @@
+"""The one atomic writer: permissions before the first byte, nothing left behind on a full disk."""
+
+from __future__ import annotations
+
+import errno
+import stat
+from pathlib import Path
+
+import pytest
+
+from agent.durable import atomic_write, atomic_write_json, read_json, remove_stale_temps
+from tests.deploy.conftest import fill, small_disk  # noqa: F401  (the fixture)
+
+
+def test_replaces_and_keeps_the_asked_mode(tmp_path: Path) -> None:
+    key = tmp_path / "keys" / "ca.key"
+    atomic_write(key, b"old", mode=0o600)
+    atomic_write(key, b"new", mode=0o600)
+    assert key.read_bytes() == b"new" and stat.S_IMODE(key.stat().st_mode) == 0o600
+    atomic_write_json(tmp_path / "state.json", {"b": 1})
+    assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o644 and read_json(tmp_path / "state.json") == {"b": 1}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_full_disk_raises_enospc_and_leaves_the_old_file_and_no_temp(small_disk: Path) -> None:
+    target = small_disk / "ledger.json"
+    atomic_write(target, b"old")
+    fill(small_disk)
+    with pytest.raises(OSError) as caught:
+        atomic_write(target, b"x" * 65536)
+    assert caught.value.errno == errno.ENOSPC
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "ledger.json"]
+
+
+def test_stale_temps_of_killed_writers_are_removed(tmp_path: Path) -> None:
+    (tmp_path / ".deployment.json.abc123.tmp").write_bytes(b"torn")
+    (tmp_path / ".ledger.json.tmp").write_bytes(b"torn")  # the fixed name older agents used
+    (tmp_path / "deployment.json").write_bytes(b"{}")
+    assert remove_stale_temps(tmp_path) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["deployment.json"]
