@@ -40,6 +40,7 @@ from agent.backends import Candidate  # noqa: E402
 from agent.hardware import probe_hardware  # noqa: E402
 from agent.selection import select_backend  # noqa: E402
 from agent.serving import InferenceServer, ModelRegistry  # noqa: E402
+from agent.serving.server import ServingLimits  # noqa: E402
 from tests.checkout import checkout_env  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "models"
@@ -48,6 +49,7 @@ PICK_MARGIN = 0.05
 OVERHEAD_GOAL_MS = 1.0
 LOAD_LEVELS = (1, 8, 64, 200)
 LOAD_GOAL_RATIO = 0.8
+LOAD_WORKERS = ServingLimits().workers  # the shipped default
 
 
 def real_models() -> list[tuple[str, Path, dict[str, np.ndarray]]]:
@@ -247,7 +249,8 @@ from agent.backends import Candidate
 from agent.serving import InferenceServer, ModelRegistry
 registry = ModelRegistry()
 registry.publish("m", "1", Candidate("onnxruntime", "CPUExecutionProvider").open(Path(sys.argv[1])), {})
-server = InferenceServer(registry, max_request_bytes=8 * 2**20)
+from agent.serving.server import ServingLimits
+server = InferenceServer(registry, max_request_bytes=8 * 2**20, limits=ServingLimits(workers=int(sys.argv[2])))
 server.start()
 print(server.port, flush=True)
 sys.stdin.read()
@@ -308,7 +311,7 @@ def bench_load(work: Path, seconds: float) -> list[dict[str, Any]]:
                                      "parameters": {"binary_data_size": x.nbytes}}],
                          "parameters": {"binary_data_output": True}}).encode()
     body = header + x.tobytes()
-    proc = subprocess.Popen([sys.executable, "-c", _LOAD_SERVER, str(model)], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", _LOAD_SERVER, str(model), str(LOAD_WORKERS)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, cwd=ROOT, env=checkout_env(), text=True)
     assert proc.stdout is not None and proc.stdin is not None
     port = int(proc.stdout.readline())
@@ -352,12 +355,14 @@ def load_verdict(rows: list[dict[str, Any]]) -> tuple[bool, bool]:
 def load_markdown(rows: list[dict[str, Any]], seconds: float) -> str:
     ratio_ok, resets_ok = load_verdict(rows)
     lines = [f"Machine: {machine()}. Model: the generated 5-conv backbone on 1x3x224x224 float32 (onnxruntime CPU, "
-             f"binary tensors, 600 KB per request). Server in its own process with the default limits (4 workers, queue 64); "
+             f"binary tensors, 600 KB per request). Server in its own process with the default limits ({LOAD_WORKERS} workers, "
+             "queue 64); "
              f"clients are threads with one keep-alive `http.client` connection each, {seconds:g} s per level; the in-process "
              "column is the same number of threads calling `runner.infer` directly.", "",
              f"Goal at 64 clients: endpoint >= {LOAD_GOAL_RATIO}x in-process throughput — {'PASS' if ratio_ok else 'FAIL'}; "
              f"zero resets at 200 clients — {'PASS' if resets_ok else 'FAIL'}.", "",
-             "| clients | in-process req/s | in-process p99 ms | endpoint req/s | endpoint p99 ms | ratio | 503 | resets | other errors |",
+             "| clients | in-process req/s | in-process p99 ms | endpoint req/s | endpoint p99 ms | ratio | 503 | resets "
+             "| other errors |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         i, e = r["in_process"], r["endpoint"]

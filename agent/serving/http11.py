@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -116,6 +117,10 @@ async def serve_connection(
 ) -> None:
     """Serve one connection's requests in turn until it closes, times out or misbehaves."""
     peer = _peer(writer)
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         if over_capacity:
             await _send(writer, error(503, "too many connections; retry later", {"Retry-After": "1"}, close=True))
@@ -256,8 +261,10 @@ async def _send(writer: asyncio.StreamWriter, response: Response) -> None:
     lines += [f"{key}: {value}" for key, value in response.headers.items()]
     if response.close:
         lines.append("Connection: close")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-    if body:
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    # One write for small answers: head and body in one segment, whatever Nagle does.
+    writer.write(head + body if len(body) < 2**16 else head)
+    if len(body) >= 2**16:
         writer.write(body)
     await writer.drain()
 
