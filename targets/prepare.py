@@ -115,7 +115,33 @@ def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     """Shape inference as ORT's checker runs it (strict), relaxed when strict fails."""
     for strict in (True, False):
         try:
-            return onnx.shape_inference.infer_shapes(model, strict_mode=strict)
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=strict)
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
             continue
+        _control_flow_outputs(inferred.graph)
+        return inferred
     return model  # analysis still works; shape rules then see dynamic shapes
+
+
+def _control_flow_outputs(graph: onnx.GraphProto) -> None:
+    """Give Loop carried outputs and If outputs the shape their bodies declare, as onnxruntime infers them.
+
+    ONNX shape inference leaves them without a rank; a partition piece needs one on its inputs.
+    """
+    known = {v.name: v for v in list(graph.value_info) + list(graph.output)}
+    for node in graph.node:
+        bodies = {a.name: a.g for a in node.attribute if a.HasField("g")}
+        if node.op_type == "Loop" and "body" in bodies:
+            pairs = list(zip(node.output, bodies["body"].output[1:], strict=False))[: len(node.input) - 2]
+        elif node.op_type == "If" and {"then_branch", "else_branch"} <= set(bodies):
+            then, other = bodies["then_branch"].output, bodies["else_branch"].output
+            pairs = [(o, t) for o, t, e in zip(node.output, then, other, strict=False) if t.type == e.type]
+        else:
+            continue
+        for name, body_out in pairs:
+            current = known.get(name)
+            if body_out.type.tensor_type.HasField("shape") and (
+                    current is None or not current.type.tensor_type.HasField("shape")):
+                info = current if current is not None else graph.value_info.add()
+                info.name = name
+                info.type.CopyFrom(body_out.type)
