@@ -187,7 +187,7 @@ def analyse(
 def _not_runnable(profile: TargetProfile, model: onnx.ModelProto, note: str) -> Analysis:
     assert profile.unsupported is not None
     why = profile.unsupported
-    figures = Figures(0, 0, len(model.graph.node), None, "NO", f"{profile.name}: {why.reason}")
+    figures = Figures(0, 0, len(model.graph.node), None, "NO", why.reason)
     advice = (f"conversion path ({why.runtime}):", *(f"{k}. {step}" for k, step in enumerate(why.conversion, 1)))
     return Analysis(target=profile.name, nodes=(), partitions=(), runtime_partitions=(), runtime=figures,
                     policy=figures, advice=advice, merges=(), sources={profile.name: f"not an ONNX target: {why.runtime}"},
@@ -361,7 +361,9 @@ def _advice(
     if profile.precision.format not in ("fp32",) and _is_float_model(model):
         advice.append(f"quantize for {profile.name}: {profile.precision.format} "
                       f"({profile.precision.activations} activations, {profile.precision.weights} weights)")
-    blocked = sorted({f"{n.domain}:{n.op_type}" for n in nodes if not n.accelerator and n.reasons})
+    # ops refused for what they are, not for a dynamic shape the advice above already fixes
+    blocked = sorted({f"{n.domain}:{n.op_type}" for n in nodes if not n.accelerator and n.reasons
+                      and not all("dynamic shape" in r for r in n.reasons)})
     if blocked and profile.accelerator_providers:
         advice.append(f"these ops stay on the CPU: {', '.join(blocked[:8])}; replace them or accept the fallback")
     if merges:

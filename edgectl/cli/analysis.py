@@ -110,8 +110,8 @@ def inspect(
         print_json([a.to_dict() for a in analyses] if target == "all" else analyses[0].to_dict())
     elif target == "all":
         print_table(f"{model_path.name} on every target (runtime: deployed whole; policy: edgectl partition)",
-                    ["target", "runtime", "acc. partitions", "nodes on acc.", "FLOPs on acc.", "policy", "reason"], [
-            (a.target, a.verdict, a.accelerator_partitions, f"{a.accelerator_node_share:.0%}",
+                    ["target", "runtime (acc. partitions)", "nodes on acc.", "FLOPs on acc.", "policy", "reason"], [
+            (a.target, f"{a.verdict} ({a.accelerator_partitions})", f"{a.accelerator_node_share:.0%}",
              _share(a.accelerator_flops_share), f"{a.policy.verdict} ({a.policy.accelerator_partitions})", a.reason)
             for a in analyses
         ])
