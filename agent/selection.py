@@ -3,10 +3,10 @@
 For each candidate: skip it when its declaration does not run the model's precision, load it,
 refuse it if its accelerator took no or few nodes (that is CPU in disguise), compare its outputs on
 the golden inputs with the expected outputs (or, without them, with the registry's reference
-device, onnxruntime's CPU provider) by the model's precision (``agent.tensors``), warm it up, then
-time it. Candidates are timed in alternating blocks within one time budget, so that a noisy
-neighbour slows all of them alike. The decision is cached in a JSON file keyed by the model's
-sha256, the hardware fingerprint, the runtime versions and the candidate list; any change
+device, onnxruntime's CPU provider) by the model's precision (``agent.tensors``). The candidates
+that pass are timed in interleaved blocks until one is faster beyond the noise, or found a tie
+that a fixed rule resolves (``agent.timing``). The decision is cached in a JSON file keyed by the
+model's sha256, the hardware fingerprint, the runtime versions and the candidate list; any change
 re-measures.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,18 +39,15 @@ from agent.errors import EdgeError, ModelError, OperationFailed, VerificationErr
 from agent.hardware import Hardware
 from agent.protocol.package import sha256_file
 from agent.tensors import TOLERANCES, compare_outputs, model_precision, synthetic_feeds
+from agent.timing import Contest, Decision, contest
 
-__all__ = ["TOLERANCE", "Figure", "Selection", "Status", "model_precision", "select_backend"]
+__all__ = ["TOLERANCE", "Decision", "Figure", "Selection", "Status", "model_precision", "select_backend"]
 
 log = logging.getLogger(__name__)
 
 # Largest allowed max|got - want| / max|want| per model precision (the policy lives in agent.tensors).
 TOLERANCE = {precision: tolerance.relative for precision, tolerance in TOLERANCES.items()}
 _SCHEMA = 1
-WARMUP_RUNS = 3
-MIN_RUNS = 5
-MAX_RUNS = 500
-BLOCK_ROUNDS = 4
 
 
 class Status(str, Enum):
@@ -74,6 +72,7 @@ class Figure:
     runs: int | None = None
     median_ms: float | None = None
     p95_ms: float | None = None
+    memory_mb: float | None = None
     chosen: bool = False
 
     def __post_init__(self) -> None:
@@ -92,7 +91,7 @@ class Figure:
             data["reason"] = self.reason
         if self.placement is not None:
             data["placement"] = self.placement.to_dict()
-        for key in ("load_ms", "max_rel_error", "runs", "median_ms", "p95_ms"):
+        for key in ("load_ms", "max_rel_error", "runs", "median_ms", "p95_ms", "memory_mb"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         data["chosen"] = self.chosen
@@ -111,7 +110,8 @@ class Figure:
             status=Status(data["status"]), reason=str(data.get("reason", "")), load_ms=number("load_ms", float),
             placement=Placement.from_dict(placement) if placement else None,
             max_rel_error=number("max_rel_error", float), runs=number("runs", int),
-            median_ms=number("median_ms", float), p95_ms=number("p95_ms", float), chosen=bool(data.get("chosen", False)),
+            median_ms=number("median_ms", float), p95_ms=number("p95_ms", float),
+            memory_mb=number("memory_mb", float), chosen=bool(data.get("chosen", False)),
         )
 
 
@@ -131,6 +131,7 @@ class Selection:
     precision: str
     cached: bool = False
     measured_at: float = field(default_factory=time.time)
+    decision: Decision | None = None  # None in cache files written before the decision was recorded
 
     @property
     def backend(self) -> str:
@@ -143,7 +144,7 @@ class Selection:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form for the cache, telemetry and ``edge-agent probe``."""
-        return {
+        data = {
             "schema": _SCHEMA,
             "key": self.key,
             "model": str(self.model_path),
@@ -155,6 +156,9 @@ class Selection:
             "cached": self.cached,
             "figures": [f.to_dict() for f in self.figures],
         }
+        if self.decision is not None:
+            data["decision"] = self.decision.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], model_path: Path, cached: bool = True) -> Selection:
@@ -168,6 +172,7 @@ class Selection:
             precision=str(data.get("precision", "fp32")),
             cached=cached,
             measured_at=float(data["measured_at"]),
+            decision=Decision.from_dict(data["decision"]) if data.get("decision") else None,
         )
 
 
@@ -188,6 +193,10 @@ def select_backend(
 ) -> Selection:
     """Measure the candidates for ``model_path`` on this hardware and return the fastest that passes.
 
+    The fastest is decided by ``agent.timing.contest`` within ``time_budget_s`` (at least
+    ``MIN_ROUNDS`` rounds whatever the budget); a tie goes by the fixed rule recorded in
+    ``Selection.decision``.
+
     ``candidates`` overrides the list derived from hardware and installed runtimes;
     ``precision`` (fp32, fp16, int8) overrides the one read from the model; ``registry`` is the
     backend registry to open candidates from (the process-wide one by default).
@@ -207,18 +216,26 @@ def select_backend(
         if cached is not None:
             return cached
     precision = precision or model_precision(model_path)
-    figures = _measure(model_path, list(candidates), golden, expected, precision, time_budget_s, progress, registry)
-    passing = [i for i, f in enumerate(figures) if f.status is Status.OK]
-    if not passing:
+    figures, decision = _measure(model_path, list(candidates), golden, expected, precision, time_budget_s, progress,
+                                 registry)
+    if decision is None:
         reasons = "; ".join(f"{f.backend}: {f.reason}" for f in figures)
         raise OperationFailed(f"{model_path.name}: no backend passed: {reasons}")
-    best = min(passing, key=lambda i: figures[i].median_ms or 0.0)
+    best = next(i for i, f in enumerate(figures) if f.status is Status.OK and f.backend == decision.winner)
     figures = [replace(f, chosen=i == best) for i, f in enumerate(figures)]
     chosen = figures[best].candidate
-    selection = Selection(model_path, sha, chosen, tuple(figures), key, precision)
+    selection = Selection(model_path, sha, chosen, tuple(figures), key, precision, decision=decision)
     _save(cache_file, selection)
-    log.info("%s: chose %s (%.3f ms median)", model_path.name, chosen.name, figures[best].median_ms)
+    log.info("%s: chose %s (%.3f ms median; %s)", model_path.name, chosen.name, figures[best].median_ms or 0.0,
+             _why(decision))
     return selection
+
+
+def _why(decision: Decision) -> str:
+    if decision.runner_up is None:
+        return "the only candidate that passed"
+    against = f"{decision.runner_up} {decision.ratio:.3f}x [{decision.low or 0:.3f}, {decision.high or 0:.3f}]"
+    return f"{'tie, by ' + decision.rule if decision.tie else 'faster'} than {against} over {decision.blocks} blocks"
 
 
 def _measure(
@@ -230,8 +247,8 @@ def _measure(
     budget_s: float,
     progress: Callable[[str], None] | None,
     registry: BackendRegistry | None,
-) -> list[Figure]:
-    """Figures for every candidate: load, verify placement and outputs, then time them."""
+) -> tuple[list[Figure], Decision | None]:
+    """Figures for every candidate (load, verify placement and outputs, time) and the decision (None: none passed)."""
     feeds, want = _reference(model_path, golden, expected)
     figures: list[Figure] = []
     active: list[tuple[Runner, int]] = []
@@ -243,15 +260,39 @@ def _measure(
             figures.append(fig)
             if runner is not None:
                 active.append((runner, len(figures) - 1))
-        timings = _time_in_blocks([runner for runner, _ in active], feeds, budget_s, progress)
-        for (_, index), times in zip(active, timings, strict=True):
-            ms = np.array(times) * 1000.0
-            figures[index] = replace(figures[index], runs=len(times), median_ms=round(float(np.median(ms)), 4),
+        if not active:
+            return figures, None
+        if progress:
+            progress(f"timing {len(active)} backend(s) in interleaved blocks for about {budget_s:g} s")
+        result = _time(active, figures, feeds, budget_s, progress)
+        for (_, index), timing in zip(active, result.timings, strict=True):
+            ms = np.array(timing.samples) * 1000.0
+            figures[index] = replace(figures[index], runs=len(ms), median_ms=round(float(np.median(ms)), 4),
                                      p95_ms=round(float(np.percentile(ms, 95)), 4))
     finally:
         for runner, _ in active:
             runner.close()
-    return figures
+    return figures, result.decision
+
+
+def _time(active: list[tuple[Runner, int]], figures: list[Figure], feeds: dict[str, np.ndarray], budget_s: float,
+          progress: Callable[[str], None] | None) -> Contest:
+    """The contest between the active runners, timed on the real runtimes."""
+
+    def run_block(index: int, runs: int) -> list[float]:
+        runner = active[index][0]
+        if runs > 1:  # uncounted: the runtime timed just before may still spin its threads (onnxruntime does)
+            runner.infer(feeds, check=False)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            runner.infer(feeds, check=False)
+            times.append(time.perf_counter() - start)
+        return times
+
+    names = [figures[index].backend for _, index in active]
+    memory = [figures[index].memory_mb for _, index in active]
+    return contest(names, run_block, budget_s=budget_s, memory_mb=memory, progress=progress)
 
 
 def _reference(
@@ -285,7 +326,7 @@ def _qualify(
         return replace(fig, status=Status.REJECTED, reason=why), None
     runner = cand.open(model_path, registry)
     try:
-        start = time.perf_counter()
+        rss_before, start = _rss_mb(), time.perf_counter()
         runner.activate()
         placement = runner.placement
         fig = replace(fig, load_ms=round((time.perf_counter() - start) * 1000, 2), placement=placement)
@@ -293,6 +334,9 @@ def _qualify(
             runner.close()
             return replace(fig, status=Status.REJECTED, reason=_fallback_reason(placement)), None
         check = compare_outputs(runner.infer(feeds), want, precision)
+        rss_after = _rss_mb()
+        if rss_before is not None and rss_after is not None:
+            fig = replace(fig, memory_mb=round(max(rss_after - rss_before, 0.0), 1))
         fig = replace(fig, max_rel_error=check.max_rel_error)
         if check.problem:
             runner.close()
@@ -309,38 +353,13 @@ def _fallback_reason(placement: Placement) -> str:
     return f"{placement.requested} took {taken}/{total} nodes: it would run on {placement.effective}"
 
 
-def _time_in_blocks(
-    active: list[Runner], feeds: dict[str, np.ndarray], budget_s: float, progress: Callable[[str], None] | None
-) -> list[list[float]]:
-    """Warm up, then time each runner in alternating blocks until the budget is spent: seconds per run.
-
-    Blocks, not single alternating runs: onnxruntime's thread pool keeps spinning for a while
-    after a run and would slow whichever backend runs right after it. The first run of each
-    block is not counted for the same reason.
-    """
-    samples: list[list[float]] = [[] for _ in active]
-    if not active:
-        return samples
-    for runner in active:
-        for _ in range(WARMUP_RUNS):
-            runner.infer(feeds, check=False)
-    block_s = budget_s / (len(active) * BLOCK_ROUNDS)
-    deadline = time.perf_counter() + budget_s
-    if progress:
-        progress(f"timing {len(active)} backend(s) for up to {budget_s:g} s")
-    while True:
-        for runner, times in zip(active, samples, strict=True):
-            runner.infer(feeds, check=False)
-            block_end = time.perf_counter() + block_s
-            while len(times) < MAX_RUNS:
-                start = time.perf_counter()
-                runner.infer(feeds, check=False)
-                times.append(time.perf_counter() - start)
-                if start >= block_end:
-                    break
-        fewest = min(len(t) for t in samples)
-        if fewest >= MAX_RUNS or (fewest >= MIN_RUNS and time.perf_counter() >= deadline):
-            return samples
+def _rss_mb() -> float | None:
+    """This process's resident memory in MiB (Linux ``/proc``; None elsewhere): what loading a candidate adds."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _cache_key(sha: str, hardware: Hardware, candidates: Sequence[Candidate], registry: BackendRegistry | None) -> str:

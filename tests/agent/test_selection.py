@@ -156,3 +156,26 @@ def test_cached_schema_1_files_read_back_unchanged() -> None:
     placement = selection.figures[2].placement
     assert placement is not None and not placement.accelerated and placement.nodes == {"CPUExecutionProvider": 3}
     assert selection.figures[1].candidate == selection.candidate
+
+
+def test_the_decision_is_recorded_with_its_ratio_interval_and_blocks(tmp_path: Path, hardware: Hardware) -> None:
+    """Structure only: which backend wins on this machine is timing, and the rule is tested in test_timing.py."""
+    model, cache = conv_model(tmp_path / "conv.onnx"), tmp_path / "cache"
+    selection = select(model, hardware, cache, candidates=[ORT_CPU, OV_CPU])
+    decision = selection.decision
+    assert decision is not None and decision.winner == selection.backend and decision.blocks >= 5
+    assert decision.runner_up == ({ORT_CPU.name, OV_CPU.name} - {selection.backend}).pop()
+    assert decision.ratio is not None and decision.low is not None and decision.high is not None
+    assert decision.low <= decision.ratio <= decision.high
+    assert decision.rule in ({"p95", "memory", "order"} if decision.tie else {"faster"})
+    assert all(f.memory_mb is not None and f.memory_mb >= 0 for f in selection.figures)
+    again = select(model, hardware, cache, candidates=[ORT_CPU, OV_CPU])
+    assert again.cached and again.decision == decision
+    assert again.to_dict()["decision"] == selection.to_dict()["decision"]
+
+
+def test_a_single_passing_candidate_is_the_decision(tmp_path: Path, hardware: Hardware) -> None:
+    broken = Candidate("openvino", "NO_SUCH_DEVICE")
+    selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, candidates=[ORT_CPU, broken])
+    assert selection.decision is not None
+    assert (selection.decision.winner, selection.decision.rule, selection.decision.tie) == (ORT_CPU.name, "only", False)

@@ -1,0 +1,260 @@
+"""Which candidate backend is faster, or a tie: interleaved block timing and the decision rule.
+
+Every candidate is warmed up, then timed in rounds: in each round every candidate still in the
+contest runs one block (a few runs, the order rotating round by round), so a noisy neighbour or a
+thermal drift slows all of them alike. A round gives one *paired* figure per candidate pair, the
+log of the ratio of their block medians; the mean of those over the rounds, with a Student-t
+interval at ``CONFIDENCE``, says how much slower one candidate is than the other and how sure that
+is. After ``MIN_ROUNDS`` rounds, and after every round from then on:
+
+- a candidate whose interval against the leader (lowest geometric mean of block medians) lies
+  wholly above 1 is slower beyond the noise and leaves the contest;
+- when one candidate is left, it wins (``tie`` false, ``rule`` "faster");
+- when every interval against the leader lies within ``1 ± TIE_MARGIN``, the remaining candidates
+  are equally fast, and when the time budget (or ``MAX_ROUNDS``) runs out first, the difference
+  never left the noise: either way it is a tie, resolved by a fixed rule, ``resolve_tie``.
+
+The timing itself is a seam: ``contest`` takes ``run_block(index, runs)`` (seconds per counted run)
+and a ``clock``, so the rule is tested on injected timings and used on real runners.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CONFIDENCE",
+    "MIN_ROUNDS",
+    "TIE_MARGIN",
+    "Contest",
+    "Decision",
+    "Interval",
+    "RunBlock",
+    "Timing",
+    "contest",
+    "ratio_interval",
+    "resolve_tie",
+]
+
+RunBlock = Callable[[int, int], Sequence[float]]  # (candidate index, runs) -> seconds of each counted run
+Clock = Callable[[], float]
+
+CONFIDENCE = 0.99  # two-sided; high because the contest looks at its interval after every round
+TIE_MARGIN = 0.05  # ratios within 1 +- 5% are the same speed
+MIN_ROUNDS = 5  # at least 4 degrees of freedom, whatever the budget
+MAX_ROUNDS = 400
+WARMUP_RUNS = 3
+ROUNDS_IN_BUDGET = 10  # blocks are sized so that the budget holds about this many rounds
+MAX_BLOCK_RUNS = 50
+P95_MARGIN = 0.05  # a tie goes to the lower p95 only when it is lower by more than this share
+P95_MIN_RUNS = 20  # ... and only from this many runs each (below, the p95 is the slowest run: one outlier)
+MEMORY_MARGIN = 0.10  # ... then to the lower memory when lower by more than this share
+MEMORY_FLOOR_MB = 1.0  # ... and by more than this many MiB
+
+
+@dataclass(frozen=True)
+class Interval:
+    """How many times slower one candidate is than another: the estimate and its interval."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+
+    def above(self, bound: float) -> bool:
+        return self.low > bound
+
+    def within(self, margin: float) -> bool:
+        return self.low >= 1 / (1 + margin) and self.high <= 1 + margin
+
+
+def ratio_interval(slow: Sequence[float], fast: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """``slow`` over ``fast`` from paired block medians: geometric mean ratio and its t-interval."""
+    diffs = np.log(np.asarray(slow, np.float64)) - np.log(np.asarray(fast, np.float64))
+    rounds = len(diffs)
+    if rounds == 0:
+        return Interval(1.0, 0.0, math.inf, 0)
+    mean = float(diffs.mean())
+    if rounds < 2:
+        return Interval(math.exp(mean), 0.0, math.inf, rounds)
+    half = _t_quantile(0.5 + confidence / 2, rounds - 1) * float(diffs.std(ddof=1)) / math.sqrt(rounds)
+    return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), rounds)
+
+
+def _t_quantile(p: float, dof: int) -> float:
+    """Student-t quantile by its Cornish-Fisher expansion (within 0.3% of the exact one from 4 dof)."""
+    z = NormalDist().inv_cdf(p)
+    terms = [
+        (z**3 + z) / 4,
+        (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+        (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+        (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160,
+    ]
+    return z + sum(term / float(dof) ** (power + 1) for power, term in enumerate(terms))
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One candidate's counted runs (seconds) and its block medians by round."""
+
+    samples: tuple[float, ...]
+    blocks: Mapping[int, float]
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.samples))
+
+    @property
+    def p95_s(self) -> float:
+        return float(np.percentile(self.samples, 95))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Why the winner won: against the runner-up, the ratio (runner-up over winner) and its interval."""
+
+    winner: str
+    runner_up: str | None
+    ratio: float | None
+    low: float | None
+    high: float | None
+    blocks: int
+    tie: bool
+    rule: str  # only, faster, p95, memory, order
+    confidence: float = CONFIDENCE
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"winner": self.winner, "runner_up": self.runner_up, "blocks": self.blocks,
+                                "tie": self.tie, "rule": self.rule, "confidence": self.confidence}
+        if self.ratio is not None:
+            data["ratio"] = round(self.ratio, 4)
+            data["interval"] = [_finite(self.low), _finite(self.high)]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+        low, high = data.get("interval") or (None, None)
+        return cls(
+            winner=str(data["winner"]), runner_up=str(data["runner_up"]) if data.get("runner_up") else None,
+            ratio=float(data["ratio"]) if data.get("ratio") is not None else None,
+            low=float(low) if low is not None else None, high=float(high) if high is not None else None,
+            blocks=int(data["blocks"]), tie=bool(data["tie"]), rule=str(data["rule"]),
+            confidence=float(data.get("confidence", CONFIDENCE)),
+        )
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no infinity: an interval bound that is not finite is written as null."""
+    return round(value, 4) if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class Contest:
+    """Every candidate's timing (in the order given) and the decision."""
+
+    timings: tuple[Timing, ...]
+    decision: Decision
+    winner: int
+
+
+def contest(
+    names: Sequence[str],
+    run_block: RunBlock,
+    *,
+    budget_s: float,
+    clock: Clock = time.perf_counter,
+    memory_mb: Sequence[float | None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Contest:
+    """Time the candidates ``names`` (their order is the tie rule's fixed order) and decide."""
+    if not names:
+        raise ValueError("a contest needs at least one candidate")
+    deadline = clock() + budget_s
+    sizes = _block_sizes([run_block(i, WARMUP_RUNS) for i in range(len(names))], budget_s)
+    samples: list[list[float]] = [[] for _ in names]
+    blocks: list[dict[int, float]] = [{} for _ in names]
+    live = list(range(len(names)))
+    rounds = 0
+    while True:
+        turn = rounds % len(live)
+        for i in live[turn:] + live[:turn]:
+            times = list(run_block(i, sizes[i]))
+            samples[i] += times
+            blocks[i][rounds] = float(np.median(times))
+        rounds += 1
+        if rounds < MIN_ROUNDS:
+            continue
+        leader = min(live, key=lambda i: _log_mean(blocks[i], rounds))
+        live = [i for i in live if i == leader or not _interval(blocks, i, leader).above(1.0)]
+        if progress:
+            progress(f"round {rounds}: {len(live)} candidate(s) within the noise of the fastest")
+        if len(live) == 1 or all(_interval(blocks, i, leader).within(TIE_MARGIN) for i in live if i != leader):
+            break
+        if clock() >= deadline or rounds >= MAX_ROUNDS:
+            break
+    timings = tuple(Timing(tuple(s), dict(b)) for s, b in zip(samples, blocks, strict=True))
+    return _decide(names, timings, live, leader, rounds, memory_mb)
+
+
+def _block_sizes(warmups: Sequence[Sequence[float]], budget_s: float) -> list[int]:
+    """Runs per block, so that one block of each candidate per round fits the budget ROUNDS_IN_BUDGET times."""
+    block_s = budget_s / (len(warmups) * ROUNDS_IN_BUDGET)
+    return [max(1, min(MAX_BLOCK_RUNS, int(block_s / max(float(np.median(w)) if len(w) else 0.0, 1e-9))))
+            for w in warmups]
+
+
+def _log_mean(blocks: Mapping[int, float], rounds: int) -> float:
+    return float(np.mean([math.log(blocks[r]) for r in range(rounds) if r in blocks]))
+
+
+def _interval(blocks: Sequence[Mapping[int, float]], slow: int, fast: int) -> Interval:
+    common = sorted(set(blocks[slow]) & set(blocks[fast]))
+    return ratio_interval([blocks[slow][r] for r in common], [blocks[fast][r] for r in common])
+
+
+def _decide(names: Sequence[str], timings: tuple[Timing, ...], live: list[int], leader: int, rounds: int,
+            memory_mb: Sequence[float | None] | None) -> Contest:
+    blocks = [t.blocks for t in timings]
+    if len(names) == 1:
+        return Contest(timings, Decision(names[0], None, None, None, None, rounds, False, "only"), 0)
+    if len(live) == 1:
+        winner, rule, tie = leader, "faster", False
+    else:
+        memory = list(memory_mb) if memory_mb is not None else [None] * len(names)
+        winner, rule = resolve_tie(live, timings, memory)
+        tie = True
+    others = [i for i in range(len(names)) if i != winner]
+    runner_up = min(others, key=lambda i: _interval(blocks, i, winner).ratio)
+    iv = _interval(blocks, runner_up, winner)
+    ratio, low, high = (round(v, 4) if math.isfinite(v) else v for v in (iv.ratio, iv.low, iv.high))  # as cached
+    decision = Decision(names[winner], names[runner_up], ratio, low, high, rounds, tie, rule)
+    return Contest(timings, decision, winner)
+
+
+def resolve_tie(tied: Sequence[int], timings: Sequence[Timing], memory_mb: Sequence[float | None]) -> tuple[int, str]:
+    """The fixed rule for candidates equally fast: lower p95, then lower memory, then the first in order.
+
+    Each step keeps the candidates within its margin of the best (so that noise in p95 or memory
+    does not flip the choice), and p95 counts only from ``P95_MIN_RUNS`` runs each; the rule named
+    is the step that left one candidate.
+    """
+    left = sorted(tied)
+    if all(len(timings[i].samples) >= P95_MIN_RUNS for i in left):
+        best_p95 = min(timings[i].p95_s for i in left)
+        left = [i for i in left if timings[i].p95_s <= best_p95 * (1 + P95_MARGIN)]
+        if len(left) == 1:
+            return left[0], "p95"
+    known = [memory_mb[i] for i in left]
+    if all(m is not None for m in known):
+        best_mb = min(m for m in known if m is not None)
+        left = [i for i in left if (memory_mb[i] or 0.0) <= max(best_mb * (1 + MEMORY_MARGIN), best_mb + MEMORY_FLOOR_MB)]
+        if len(left) == 1:
+            return left[0], "memory"
+    return left[0], "order"

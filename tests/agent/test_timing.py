@@ -1,0 +1,157 @@
+"""The decision rule of backend timing on injected timings: a fake bench and a fake clock, no real runs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from agent.timing import (
+    MIN_ROUNDS,
+    P95_MIN_RUNS,
+    TIE_MARGIN,
+    Decision,
+    Timing,
+    contest,
+    ratio_interval,
+    resolve_tie,
+)
+
+
+class FakeBench:
+    """Seconds per run for each candidate: a true speed times noise, on a clock that the runs advance.
+
+    ``noise`` is the log-normal sigma of one run; ``neighbour`` slows every run of odd rounds by that
+    factor (a noisy neighbour that comes and goes); ``tail`` makes every 10th run of a candidate that
+    many times slower.
+    """
+
+    def __init__(self, seconds: Sequence[float], noise: float = 0.05, seed: int = 0, neighbour: float = 1.0,
+                 tail: Sequence[float] | None = None) -> None:
+        self.seconds = list(seconds)
+        self.noise = noise
+        self.rng = np.random.default_rng(seed)
+        self.neighbour = neighbour
+        self.tail = list(tail) if tail is not None else [1.0] * len(seconds)
+        self.now = 0.0
+        self.blocks = [0] * len(seconds)
+        self.runs = [0] * len(seconds)
+
+    def clock(self) -> float:
+        return self.now
+
+    def run_block(self, index: int, runs: int) -> list[float]:
+        slow = self.neighbour if self.blocks[index] % 2 else 1.0
+        self.blocks[index] += 1
+        times = []
+        for _ in range(runs):
+            self.runs[index] += 1
+            tail = self.tail[index] if self.runs[index] % 10 == 0 else 1.0
+            times.append(self.seconds[index] * slow * tail * float(self.rng.lognormal(0.0, self.noise)))
+        self.now += sum(times)
+        return times
+
+
+def run(bench: FakeBench, names: Sequence[str] = ("a", "b"), budget_s: float = 5.0,
+        memory_mb: Sequence[float | None] | None = None) -> Decision:
+    return contest(names, bench.run_block, budget_s=budget_s, clock=bench.clock, memory_mb=memory_mb).decision
+
+
+def test_a_clearly_faster_backend_wins_beyond_the_noise_before_the_budget() -> None:
+    bench = FakeBench([0.010, 0.0125])
+    decision = run(bench)
+    assert (decision.winner, decision.runner_up, decision.tie, decision.rule) == ("a", "b", False, "faster")
+    assert decision.low is not None and decision.low > 1.0 and decision.ratio == pytest.approx(1.25, rel=0.05)
+    assert decision.blocks >= MIN_ROUNDS and bench.now < 5.0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_slower_backend_is_never_picked_under_heavy_noise(seed: int) -> None:
+    """The bug of issue 14: a 1.25x slower backend picked half the time. Order of listing must not matter either."""
+    for names, seconds in ((("a", "b"), [0.100, 0.125]), (("b", "a"), [0.125, 0.100])):
+        decision = run(FakeBench(seconds, noise=0.3, seed=seed), names, budget_s=30.0)
+        assert decision.winner == "a", decision
+
+
+def test_a_neighbour_that_comes_and_goes_slows_both_alike() -> None:
+    """Interleaved rounds pair the blocks: a 3x slowdown in every other round does not hide a 1.25x difference."""
+    decision = run(FakeBench([0.0125, 0.010], noise=0.05, neighbour=3.0))
+    assert decision.winner == "b" and not decision.tie and decision.ratio == pytest.approx(1.25, rel=0.05)
+
+
+def test_equal_speeds_are_a_tie_found_before_the_budget_and_resolved_by_order() -> None:
+    bench = FakeBench([0.010, 0.010], noise=0.02)
+    decision = run(bench, memory_mb=[50.0, 50.5])
+    assert (decision.winner, decision.tie, decision.rule) == ("a", True, "order")
+    assert decision.low is not None and decision.high is not None
+    assert 1 / (1 + TIE_MARGIN) <= decision.low <= decision.high <= 1 + TIE_MARGIN
+    assert bench.now < 5.0
+
+
+def test_a_tie_goes_to_the_lower_memory_when_p95s_are_alike() -> None:
+    decision = run(FakeBench([0.010, 0.010], noise=0.02), memory_mb=[120.0, 80.0])
+    assert (decision.winner, decision.tie, decision.rule) == ("b", True, "memory")
+
+
+def test_a_tie_goes_to_the_lower_p95_first() -> None:
+    """Same median, but every 10th run of 'a' is 3x slower: 'b' has the lower p95."""
+    decision = run(FakeBench([0.010, 0.010], noise=0.01, tail=[3.0, 1.0]), memory_mb=[10.0, 90.0])
+    assert (decision.winner, decision.tie, decision.rule) == ("b", True, "p95")
+
+
+def test_when_the_noise_never_clears_the_budget_ends_it_as_a_tie() -> None:
+    bench = FakeBench([0.100, 0.103], noise=0.4, seed=3)
+    decision = run(bench, budget_s=3.0, memory_mb=[None, None])
+    assert decision.tie and decision.rule in {"p95", "order"}
+    assert decision.low is not None and decision.high is not None and decision.low < 1.0 < decision.high
+    assert bench.now >= 3.0 and decision.blocks >= MIN_ROUNDS
+
+
+def test_the_minimum_rounds_hold_whatever_the_budget() -> None:
+    bench = FakeBench([0.5, 0.5], noise=0.3, seed=1)
+    decision = run(bench, budget_s=0.1)
+    assert decision.blocks == MIN_ROUNDS and decision.tie
+
+
+def test_a_candidate_slower_beyond_the_noise_stops_being_timed() -> None:
+    bench = FakeBench([0.010, 0.030, 0.010], noise=0.15)
+    decision = run(bench, names=("a", "slow", "c"), memory_mb=[30.0, 30.0, 30.0])
+    assert decision.winner == "a" and decision.runner_up == "c" and decision.tie
+    assert bench.blocks[1] < bench.blocks[0] == bench.blocks[2]
+
+
+def test_a_single_candidate_is_timed_and_chosen() -> None:
+    decision = run(FakeBench([0.01]), names=("only",))
+    assert (decision.winner, decision.runner_up, decision.rule, decision.tie) == ("only", None, "only", False)
+    assert decision.ratio is None and decision.blocks == MIN_ROUNDS
+
+
+def test_tie_rule_without_enough_runs_skips_p95() -> None:
+    few = Timing(tuple([0.01] * (P95_MIN_RUNS - 1)), {}), Timing(tuple([0.01] * (P95_MIN_RUNS - 2) + [0.05]), {})
+    assert resolve_tie([0, 1], few, [None, None]) == (0, "order")
+    many = Timing(tuple([0.01] * 19 + [0.05]), {}), Timing(tuple([0.01] * 20), {})
+    assert resolve_tie([0, 1], many, [None, None]) == (1, "p95")
+    assert resolve_tie([1, 0], many[::-1], [5.0, 5.0]) == (0, "p95")
+
+
+def test_interval_matches_student_t() -> None:
+    stats = pytest.importorskip("scipy.stats", reason="scipy gives the exact t quantile to compare with")
+    rng = np.random.default_rng(7)
+    fast = rng.lognormal(0, 0.1, 8)
+    slow = fast * 1.2 * rng.lognormal(0, 0.05, 8)
+    iv = ratio_interval(slow.tolist(), fast.tolist(), confidence=0.99)
+    diffs = np.log(slow) - np.log(fast)
+    half = stats.t.ppf(0.995, 7) * diffs.std(ddof=1) / math.sqrt(8)
+    assert iv.ratio == pytest.approx(math.exp(diffs.mean()))
+    assert (iv.low, iv.high) == pytest.approx((math.exp(diffs.mean() - half), math.exp(diffs.mean() + half)), rel=2e-3)
+    assert ratio_interval([1.0], [1.0]).high == math.inf
+
+
+def test_decision_round_trips_through_json_form() -> None:
+    decision = run(FakeBench([0.010, 0.0125]))
+    assert Decision.from_dict(decision.to_dict()).to_dict() == decision.to_dict()
+    open_ended = Decision("a", "b", 1.1, 0.0, math.inf, 1, True, "order")
+    assert open_ended.to_dict()["interval"] == [0.0, None]
+    assert Decision.from_dict(open_ended.to_dict()).high is None
