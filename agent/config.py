@@ -63,6 +63,9 @@ class DeploySettings:
     selection_budget_s: float = 3.0
     max_restarts_per_state: int = 3
     download_quota_bytes: int | None = None  # cap on bytes a download may write (a small-disk seam)
+    crash_loop_max_deaths: int = 3  # deaths of the agent while running one model before it is rolled back
+    crash_loop_window_s: float = 3600.0  # ... counted within this window
+    load_timeout_s: float = 600.0  # a load (backend measurement included) longer than this counts as a hang
 
 
 @dataclass(frozen=True)

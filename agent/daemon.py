@@ -27,6 +27,7 @@ from agent.deploy.slots import Slots
 from agent.deploy.steps import Steps
 from agent.deploy.trust import TrustStore
 from agent.errors import EdgeError, ProtocolError
+from agent.guard import CrashLoopGuard, GuardPolicy, Verdict
 from agent.hardware import probe_hardware
 from agent.model_host import ModelHost
 from agent.protocol import topics
@@ -71,8 +72,12 @@ class Agent:
         )
         self.slots = Slots(self.state_dir)
         self.ledger = Ledger(self.state_dir)
+        deploy = config.deploy
+        self.guard = CrashLoopGuard(self.state_dir, GuardPolicy(deploy.crash_loop_max_deaths, deploy.crash_loop_window_s,
+                                                                deploy.load_timeout_s))
+        self._crash_loop: Verdict | None = None  # a rollback the guard made at start, reported once connected
         self.host = ModelHost(self.slots, self.registry, self.hardware, self.state_dir / "selection",
-                              config.deploy.selection_budget_s)
+                              config.deploy.selection_budget_s, self.guard)
         controller_pems = config.trust.controllers or config.trust.packages
         # Pinned keys plus rotations accepted since (signed by a key trusted at the time).
         self.trust = TrustStore(self.state_dir, [p.read_text() for p in config.trust.packages],
@@ -110,6 +115,7 @@ class Agent:
         self.transport.subscribe(topics.device(self.id, "desired"), 1)
         self.transport.subscribe(topics.device(self.id, "commands"), 1)
         self._connect()
+        self._report_crash_loop()
         self._worker.start()
         next_telemetry = time.monotonic()
         while not self.stopping.is_set():
@@ -138,9 +144,18 @@ class Agent:
         self.transport.close(final=offline)
         self.server.stop()
         self.host.unload()
+        self.guard.stand_down()  # stopping on purpose is not the model's doing
         log.info("agent %s stopped", self.id)
 
+    def _report_crash_loop(self) -> None:
+        verdict, self._crash_loop = self._crash_loop, None
+        if verdict is not None:
+            gone = verdict.rolled_back
+            self._event("none", "rollback", "rolled-back", verdict.detail(),
+                        {"model": gone.name, "version": gone.version, "crash_loop_deaths": verdict.deaths})
+
     def _load_active(self) -> None:
+        self._crash_loop = self.guard.admit(self.slots)  # a model that killed the agent K times is not loaded again
         active = self.slots.active()
         if active is None:
             return

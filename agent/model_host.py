@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import numpy as np
 from agent.backends import Runner
 from agent.deploy.golden import load_golden
 from agent.deploy.slots import ActiveModel, Slots
+from agent.guard import CrashLoopGuard
 from agent.hardware import Hardware
 from agent.protocol.manifest import Manifest
 from agent.selection import Selection, select_backend
@@ -41,8 +43,10 @@ class LoadedModel:
 class ModelHost:
     """Keeps exactly one model published in the registry: the one the slot pointer names."""
 
-    def __init__(self, slots: Slots, registry: ModelRegistry, hardware: Hardware, cache_dir: Path, budget_s: float) -> None:
+    def __init__(self, slots: Slots, registry: ModelRegistry, hardware: Hardware, cache_dir: Path, budget_s: float,
+                 guard: CrashLoopGuard | None = None) -> None:
         self.slots = slots
+        self.guard = guard  # counts the deaths of this process while it loads and measures a model
         self.registry = registry
         self.hardware = hardware
         self.cache_dir = cache_dir
@@ -62,17 +66,18 @@ class ModelHost:
         """Choose a backend for ``active`` (cached by model, hardware and runtimes) and publish it."""
         manifest = self.manifest_of(active)
         inputs, expected = self.golden_of(active, manifest)
-        selection = select_backend(
-            self.slots.dir(active.slot) / manifest.model,
-            hardware=self.hardware,
-            allowed_providers=list(manifest.target.execution_providers) or None,
-            golden=inputs or None,
-            expected=expected or None,
-            cache_dir=self.cache_dir,
-            time_budget_s=self.budget_s,
-            remeasure=remeasure,
-        )
-        runner = selection.open()
+        with self.guard.watch(active) if self.guard else contextlib.nullcontext():
+            selection = select_backend(
+                self.slots.dir(active.slot) / manifest.model,
+                hardware=self.hardware,
+                allowed_providers=list(manifest.target.execution_providers) or None,
+                golden=inputs or None,
+                expected=expected or None,
+                cache_dir=self.cache_dir,
+                time_budget_s=self.budget_s,
+                remeasure=remeasure,
+            )
+            runner = selection.open()
         loaded = LoadedModel(active, manifest, selection, runner)
         with self._lock:
             previous = self.current

@@ -35,20 +35,21 @@ def test_unhealthy_models_roll_back(tmp_path: Path, home: EdgectlHome, controlle
     assert controller.final("h-1", controller.desired("h-1", controller.package(model_v(1), "m", 1))).status == "ok"
     slow = model_v(2, extra_matmuls=40)
     cases = {
-        # No golden data: STAGE only loads these, HEALTH is the first to run them.
+        # No golden data: STAGE runs them once on inputs made from the signature, under limits; a NaN passes
+        # there (nothing to compare with) and HEALTH refuses it, a crash already fails in STAGE.
         "nan": controller.package(nan_model(tmp_path / "nan.onnx"), "m", 2, golden_samples=0),
         "crash": controller.package(crashing_model(tmp_path / "crash.onnx"), "m", 2, golden_samples=0, target=CPU_ONLY),
         # Bound = a third of what this model takes: it is 3x slower than allowed.
         "slow": controller.package(slow, "m", 2, health={"max_latency_ms": _median_ms(slow) / 3}),
     }
-    # A crash already shows when ACTIVATE measures the backends on the model; both states roll back.
-    expected = {"nan": ("health", "NaN"), "crash": ("activate", "activate"), "slow": ("health", "exceeds the bound")}
+    expected = {"nan": ("health", "NaN"), "crash": ("stage", "out of data bounds"), "slow": ("health", "exceeds the bound")}
     for case, package in cases.items():
         deployment = controller.desired("h-1", package)
         final = controller.final("h-1", deployment)
         states = [s for s, _ in controller.history("h-1", deployment)]
-        assert final.status == "rolled-back", f"{case}: {final.status} {final.detail}"
         failed_in, reason = expected[case]
-        assert states[-3:] == [failed_in, "rollback", "done"], f"{case}: {states}"
+        undo, status = ("failure", "failed") if failed_in == "stage" else ("rollback", "rolled-back")
+        assert final.status == status, f"{case}: {final.status} {final.detail}"
+        assert states[-3:] == [failed_in, undo, "done"], f"{case}: {states}"
         assert reason in final.detail, f"{case}: {final.detail}"
         assert serves(agent, "m", 1), f"{case}: v1 is not back"

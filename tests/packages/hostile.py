@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["endless_model", "huge_allocation_model"]
+__all__ = ["endless_model", "huge_allocation_model", "slow_model"]
 
 _IMAGE = [1, 3, 8, 8]
 
@@ -71,5 +71,42 @@ def endless_model(path: Path, trips: int = 2**62) -> Path:
         [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [1, 3])],
         initializer=[numpy_helper.from_array(np.array(trips, np.int64), "trips"),
                      numpy_helper.from_array(np.array(True), "keep_going")],
+    )
+    return _save(path, graph)
+
+
+def slow_model(path: Path, trips: int = 400) -> Path:
+    """Correct outputs, slowly: a Loop of ``trips`` 256x256 matrix products beside a per-channel mean.
+
+    Each run takes ``trips`` products (about a millisecond each on one core), so a test can catch
+    the agent while it runs this model, or give it a deadline shorter than its measurement."""
+    state = numpy_helper.from_array(np.eye(256, dtype=np.float32), "state")
+    weights = numpy_helper.from_array(np.eye(256, dtype=np.float32) * 0.5, "w")
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("MatMul", ["acc_in", "w"], ["product"]),
+            helper.make_node("Tanh", ["product"], ["acc_out"]),
+        ],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [256, 256])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [256, 256])],
+        initializer=[weights],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("Loop", ["trips", "keep_going", "state"], ["looped"], body=body),
+            helper.make_node("ReduceMean", ["looped"], ["tiny"], keepdims=0),
+            helper.make_node("ReduceMean", ["image"], ["means"], axes=[2, 3], keepdims=0),
+            helper.make_node("Add", ["means", "tiny"], ["probabilities"]),
+        ],
+        path.stem,
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, _IMAGE)],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [1, 3])],
+        initializer=[numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+                     numpy_helper.from_array(np.array(True), "keep_going"), state],
     )
     return _save(path, graph)

@@ -1,0 +1,169 @@
+"""The crash-loop guard: a model that kills or hangs the serving process K times in a window is rolled back.
+
+Staging runs every new model once in a limited child first (``agent.deploy.stage``), but the
+serving process still runs it itself: loading it on the chosen backend, measuring the candidates,
+after every restart. Before such a run the guard writes, durably, which model is about to run
+(*armed*); the end of the run disarms it. If the process dies meanwhile (the OOM killer, a segfault
+in a runtime, a supervisor's watchdog), the next start finds the guard armed and counts a death for
+that model. A run that outlasts its deadline counts as a death too, and the process ends itself
+(its supervisor restarts it): a thread stuck in native code cannot be stopped any other way.
+
+At start, before anything loads the active model, :meth:`CrashLoopGuard.admit` rolls back to the
+previous model once the active one has died ``max_deaths`` times within ``window_s``; the agent
+reports that as a rollback event. Without this a model that kills the agent on load is loaded
+first again on every restart, forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.deploy.slots import ActiveModel, Slots
+from agent.durable import atomic_write_json, read_json
+
+__all__ = ["EXIT_HUNG", "CrashLoopGuard", "GuardPolicy", "Verdict"]
+
+log = logging.getLogger(__name__)
+
+EXIT_HUNG = 75  # the process ends itself after a model run outlasts its deadline (EX_TEMPFAIL: restart me)
+_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class GuardPolicy:
+    """K deaths within the window roll a model back; a guarded run longer than ``run_timeout_s`` is a death."""
+
+    max_deaths: int = 3
+    window_s: float = 3600.0
+    run_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :meth:`CrashLoopGuard.admit` did at start: the model it rolled back from, and the one now active."""
+
+    rolled_back: ActiveModel
+    active: ActiveModel | None
+    deaths: int
+    window_s: float
+
+    def detail(self) -> str:
+        now = f"{self.active.name} v{self.active.version}" if self.active else "no model"
+        return (f"crash loop: {self.rolled_back.name} v{self.rolled_back.version} killed or hung the agent "
+                f"{self.deaths} times within {self.window_s:g}s; rolled back to {now}")
+
+
+def _exit_hung(what: str) -> None:
+    log.critical("%s did not finish in time: ending the agent so that its supervisor restarts it", what)
+    logging.shutdown()
+    os._exit(EXIT_HUNG)
+
+
+class CrashLoopGuard:
+    """Counts the deaths of the serving process per model (manifest sha256) in ``<state>/guard.json``."""
+
+    def __init__(self, state_dir: Path, policy: GuardPolicy, clock: Callable[[], float] = time.time,
+                 on_hang: Callable[[str], None] = _exit_hung) -> None:
+        self.path = state_dir / "guard.json"
+        self.policy = policy
+        self.clock = clock
+        self.on_hang = on_hang  # seam: tests observe a hang instead of ending their own process
+        self._lock = threading.Lock()
+
+    # -- the record ---------------------------------------------------------------------------------
+
+    def _read(self) -> dict[str, Any]:
+        raw = read_json(self.path)
+        if not isinstance(raw, dict) or raw.get("schema") != _SCHEMA:
+            return {"schema": _SCHEMA, "armed": None, "deaths": {}}
+        deaths = raw.get("deaths")
+        raw["deaths"] = {str(k): [float(t) for t in v] for k, v in deaths.items()} if isinstance(deaths, dict) else {}
+        return raw
+
+    def _write(self, record: dict[str, Any]) -> None:
+        atomic_write_json(self.path, record)
+
+    def _count_death(self, record: dict[str, Any], sha: str) -> None:
+        """Add a death for ``sha``; forget deaths older than the window (so the record stays bounded)."""
+        horizon = self.clock() - self.policy.window_s
+        record["deaths"][sha] = [*record["deaths"].get(sha, []), self.clock()]
+        kept = {k: [t for t in v if t >= horizon] for k, v in record["deaths"].items()}
+        record["deaths"] = {k: v for k, v in kept.items() if v}
+        record["armed"] = None
+
+    # -- start ---------------------------------------------------------------------------------------
+
+    def recover(self) -> str | None:
+        """At start: a run still armed means the process died in it; count it. Returns that model's sha256."""
+        with self._lock:
+            record = self._read()
+            armed = record.get("armed")
+            if not isinstance(armed, dict) or "sha" not in armed:
+                return None
+            sha = str(armed["sha"])
+            self._count_death(record, sha)
+            self._write(record)
+        log.error("the agent died while running %s: %d death(s) within %gs", armed.get("what", sha[:12]),
+                  self.deaths(sha), self.policy.window_s)
+        return sha
+
+    def deaths(self, sha: str) -> int:
+        """Deaths of the process while running this model, within the window."""
+        horizon = self.clock() - self.policy.window_s
+        return sum(1 for t in self._read()["deaths"].get(sha, []) if t >= horizon)
+
+    def tripped(self, sha: str) -> bool:
+        return self.deaths(sha) >= self.policy.max_deaths
+
+    def admit(self, slots: Slots) -> Verdict | None:
+        """Count a death left by the last run, then roll back while the active model has died too often."""
+        self.recover()
+        active = slots.active()
+        if active is None or not self.tripped(active.manifest_sha256):
+            return None
+        now = slots.roll_back()
+        verdict = Verdict(active, now, self.deaths(active.manifest_sha256), self.policy.window_s)
+        log.error("%s", verdict.detail())
+        return verdict
+
+    # -- guarded runs --------------------------------------------------------------------------------
+
+    @contextmanager
+    def watch(self, model: ActiveModel) -> Iterator[None]:
+        """Arm the guard (durably) for a run of ``model`` in this process; disarm when it ends, whatever the outcome."""
+        what = f"{model.name} v{model.version}"
+        with self._lock:
+            record = self._read()
+            record["armed"] = {"sha": model.manifest_sha256, "what": what, "since": self.clock()}
+            self._write(record)
+        timer = threading.Timer(self.policy.run_timeout_s, self._hung, (model.manifest_sha256, what))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            self.stand_down()
+
+    def _hung(self, sha: str, what: str) -> None:
+        with self._lock:
+            record = self._read()
+            self._count_death(record, sha)
+            self._write(record)
+        self.on_hang(f"running {what}")
+
+    def stand_down(self) -> None:
+        """Disarm: the run ended, or the agent stops on purpose (a stop is not the model's doing)."""
+        with self._lock:
+            record = self._read()
+            if record.get("armed") is not None:
+                record["armed"] = None
+                self._write(record)
