@@ -61,10 +61,19 @@ class BrokerAddress:
         return cls(parsed.hostname, port, tls)
 
 
+_WARNED: set[str] = set()
+
+
 def check_transport_security(url: str, insecure: bool, where: str) -> None:
     """Plaintext MQTT is allowed on loopback; elsewhere only with an explicit ``insecure: true``."""
     address = BrokerAddress.parse(url)
-    if address.tls or address.host in ("127.0.0.1", "localhost", "::1"):
+    if address.tls:
+        return
+    if address.host in ("127.0.0.1", "localhost", "::1"):
+        if url not in _WARNED:  # one line per process, however often the config is checked
+            _WARNED.add(url)
+            log.warning("plaintext MQTT on loopback (%s): any local process can publish as any device; "
+                        "use mqtts:// with the fleet PKI beyond a single-user test machine", url)
         return
     if not insecure:
         raise ConfigError(

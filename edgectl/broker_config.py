@@ -9,14 +9,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import ConfigError
+from agent.protocol.chunks import DEFAULT_CHUNK_SIZE, PACKET_OVERHEAD
 from agent.protocol.topics import DEVICE_PUBLISHES, DEVICE_SUBSCRIBES, ROOT
 from edgectl.pki import CONTROLLER, FleetPki, Usage
 from edgectl.pki.authority import write_file
 
-__all__ = ["BrokerConfig", "render_acl", "render_mosquitto_conf", "write_broker_config"]
+__all__ = ["MAX_PACKET_BYTES", "BrokerConfig", "max_packet_bytes", "render_acl", "render_mosquitto_conf", "write_broker_config"]
 
 SERVER_DAYS = 825
 ARTIFACT_CHUNKS = f"{ROOT}/artifacts/+/chunks/+"
+# The largest payload the controller sends besides chunks: a signed desired state carries the
+# signed manifest with one sha256 per chunk (about 120 bytes each after two base64 layers), so
+# 1 MiB holds a manifest of some 8,000 chunks (a 500 MB model in 64 KiB chunks).
+DESIRED_STATE_BYTES = 1024 * 1024
+
+
+def max_packet_bytes(chunk_size: int = DEFAULT_CHUNK_SIZE) -> int:
+    """Mosquitto's ``max_packet_size``: the larger of a chunk and a desired state, plus MQTT's framing."""
+    return max(chunk_size, DESIRED_STATE_BYTES) + PACKET_OVERHEAD
+
+
+MAX_PACKET_BYTES = max_packet_bytes()
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,7 @@ def render_acl() -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_mosquitto_conf(files: Path, port: int, bind: str | None = None) -> str:
+def render_mosquitto_conf(files: Path, port: int, bind: str | None = None, max_packet: int = MAX_PACKET_BYTES) -> str:
     """mosquitto.conf whose cafile, certfile, keyfile, crlfile and acl_file lie in ``files``."""
     listener = f"listener {port} {bind}" if bind else f"listener {port}"
     return "\n".join([
@@ -62,6 +75,12 @@ def render_mosquitto_conf(files: Path, port: int, bind: str | None = None) -> st
         "per_listener_settings false",
         "allow_anonymous false",
         f"acl_file {files / 'acl'}",
+        "",
+        "# No client publishes a packet larger than a chunk or a signed desired state (docs/security.md,",
+        "# \"Broker limits\"): a larger one disconnects its sender. Retained messages are capped alike,",
+        "# and the ACL gives each device a handful of topics, so what it can retain is bounded too.",
+        "# MQTT 5 clients are told the limit at connect.",
+        f"max_packet_size {max_packet}",
         "",
         "# The only listener: TLS, and every client must present a certificate from the fleet CA.",
         listener,

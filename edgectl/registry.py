@@ -11,8 +11,9 @@ from typing import Any, TypeGuard
 
 from agent.errors import EdgeError
 from agent.protocol import topics
-from agent.protocol.messages import DeviceEvent, Presence, device_json
+from agent.protocol.messages import ChunkRequest, DeviceEvent, Presence, device_json
 from agent.transport import Message, MqttTransport
+from edgectl.controller.inbox import Drops
 from edgectl.controller.records import DeviceRow
 from edgectl.controller.store import Store
 
@@ -111,34 +112,54 @@ Report = EventReport | StateReport | LiveBirth
 
 
 class Ingest:
-    """Writes what devices publish into the controller's store; returns events for the rollouts."""
+    """Writes what devices publish into the controller's store; returns what the rollouts must see.
 
-    def __init__(self, store: Store) -> None:
+    A device is who its topic says: the broker's ACL binds ``edge/v1/devices/<id>/...`` to the
+    certificate whose CN is ``<id>``. A body that names another device is dropped before anything
+    is stored and counted in ``drops`` as ``identity``."""
+
+    def __init__(self, store: Store, drops: Drops | None = None) -> None:
         self.store = store
+        self.drops = drops or Drops()
         self._latency_at: dict[str, float] = {}
 
     def apply(self, message: Message) -> EventReport | StateReport | None:
         """Store one device message; return what the rollouts must see (events, retained state)."""
         parsed = topics.parse_device_topic(message.topic)
         device_id, leaf, now = parsed.device_id, parsed.leaf, time.time()
-        if leaf == "presence":
-            presence = Presence.from_payload(message.payload)
-            last_seen = max(presence.ts, now if presence.online else 0)
-            self.store.upsert_device(device_id, online=int(presence.online), last_seen=last_seen)
-        elif leaf == "birth":
-            self.store.upsert_device(device_id, birth=device_json(message.payload, leaf), last_seen=now)
-        elif leaf == "state":
-            state = device_json(message.payload, leaf)
-            self.store.upsert_device(device_id, state=state, last_seen=now)
-            return StateReport(device_id, state)
-        elif leaf == "telemetry":
-            self._telemetry(device_id, device_json(message.payload, leaf), now)
-        elif leaf == "events":
-            event = DeviceEvent.from_payload(message.payload)
-            self.store.add_event(device_id, event.ts, event.deployment_id, event.state, event.status, event.detail, event.data)
+        body = _parse(leaf, message.payload)
+        if not self.same_device(message.topic, device_id, body):
+            return None
+        if isinstance(body, Presence):
+            last_seen = max(body.ts, now if body.online else 0)
+            self.store.upsert_device(device_id, online=int(body.online), last_seen=last_seen)
+        elif isinstance(body, DeviceEvent):
+            self.store.add_event(device_id, body.ts, body.deployment_id, body.state, body.status, body.detail, body.data)
             self.store.upsert_device(device_id, last_seen=now)
-            return EventReport(device_id, event)
+            return EventReport(device_id, body)
+        elif isinstance(body, ChunkRequest):
+            pass  # the artifact server answers these (Controller._drain)
+        elif leaf == "birth":
+            self.store.upsert_device(device_id, birth=body, last_seen=now)
+        elif leaf == "state":
+            self.store.upsert_device(device_id, state=body, last_seen=now)
+            return StateReport(device_id, body)
+        elif leaf == "telemetry":
+            self._telemetry(device_id, body, now)
         return None
+
+    def same_device(self, topic: str, device_id: str, body: Presence | DeviceEvent | ChunkRequest | dict[str, Any]) -> bool:
+        """Whether the body names the device its topic names; counts the drop when not."""
+        named = body.get("device_id") if isinstance(body, dict) else body.device_id
+        if named == device_id:
+            return True
+        self.drops.count("identity", topic, f"the body names device {str(named)[:64]!r}")
+        return False
+
+    def chunk_request_from_its_device(self, message: Message) -> bool:
+        """A chunk request names the device asking: it must be the one its topic names."""
+        device_id = topics.parse_device_topic(message.topic).device_id
+        return self.same_device(message.topic, device_id, ChunkRequest.from_payload(message.payload))
 
     def _telemetry(self, device_id: str, report: dict[str, Any], now: float) -> None:
         self.store.upsert_device(device_id, telemetry=report, telemetry_ts=now, last_seen=now, online=1)
@@ -151,6 +172,16 @@ class Ingest:
             p95 = latency.get("p95") if isinstance(latency, dict) else None
             if _finite_number(p95) and str(stats.get("version", "")).isdigit():
                 self.store.add_latency(device_id, name, int(stats["version"]), float(p95), "telemetry", now)
+
+
+def _parse(leaf: str, payload: bytes) -> Presence | DeviceEvent | ChunkRequest | dict[str, Any]:
+    if leaf == "presence":
+        return Presence.from_payload(payload)
+    if leaf == "events":
+        return DeviceEvent.from_payload(payload)
+    if leaf == "chunk-requests":
+        return ChunkRequest.from_payload(payload)
+    return device_json(payload, leaf)
 
 
 def _finite_number(value: object) -> TypeGuard[int | float]:

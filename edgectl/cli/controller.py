@@ -9,7 +9,7 @@ import typer
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console
 from edgectl.config import load_edgectl_config
-from edgectl.connection import resolve_broker
+from edgectl.connection import checked_broker, controller_transports
 from edgectl.controller import SqliteStore
 from edgectl.fleet import package_keys
 from edgectl.keys import Keyring
@@ -24,26 +24,14 @@ def controller_run(ctx: typer.Context) -> None:
 
     Safe to kill and restart at any point: it continues each rollout from the store
     (config key controller.store; default $EDGECTL_HOME/controller.db)."""
-    import os
-    import uuid
-
-    from agent.tls import tls_context
-    from agent.transport import MqttTransport, check_transport_security
     from edgectl.controller.service import Controller
 
     opts = options(ctx)
     config = load_edgectl_config(opts.config)
-    url = resolve_broker(opts.broker, config)
-    check_transport_security(url, config.insecure, "edgectl config")
-    tls = tls_context(config.tls.ca, config.tls.cert, config.tls.key) if config.tls.ca else None
-
-    def transport(inbox, on_connect):  # type: ignore[no-untyped-def]
-        return MqttTransport(url, f"edgectl-controller-{os.getpid()}-{uuid.uuid4().hex[:6]}", inbox=inbox,
-                             tls_context=tls, on_connect=on_connect, protocol=config.mqtt_protocol)
-
+    url = checked_broker(opts.broker, config)
     ring = Keyring()
     store = SqliteStore(config.controller.store_path())
-    service = Controller(store, transport, ring.signing_key("controller"), package_keys(ring))
+    service = Controller(store, controller_transports(url, config), ring.signing_key("controller"), package_keys(ring))
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     console.print(f"controller: store {store.location()}, broker {url}")
     try:

@@ -13,7 +13,7 @@ from agent.errors import UserError
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.config import load_edgectl_config
-from edgectl.connection import resolve_broker
+from edgectl.connection import checked_broker
 from edgectl.home import edgectl_home
 from edgectl.keys import Keyring
 from edgectl.sim import BASE_LATENCY_MS, SimAgent, SimFleet
@@ -108,11 +108,11 @@ def sim(
     the package and controller keys of this workstation's keyring. 200 agents run comfortably on 2 cores.
     """
     opts = options(ctx)
-    url = resolve_broker(opts.broker, load_edgectl_config(opts.config))
     mix = parse_profiles(profiles, agents)
     factors = parse_factors(latency_factor, "--latency-factor")
     agreements = parse_factors(agreement, "--agreement")
     tags = _parse_tags(tag)
+    url = checked_broker(opts.broker, load_edgectl_config(opts.config))  # after the arguments: errors stay one line
     ring = Keyring()
     fleet = SimFleet(url, ring.trusted("package"), ring.trusted("controller"), telemetry_s=telemetry_s)
     root = state_dir or edgectl_home() / "sim"

@@ -24,6 +24,7 @@ from agent.protocol.messages import DeviceEvent
 from agent.transport import Message, Transport, TransportFactory
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from edgectl.controller.engine import Engine
+from edgectl.controller.inbox import Drops, Inbox, InboxLimits
 from edgectl.controller.records import ACTIVE, RolloutDevice, RolloutRow, RolloutStatus
 from edgectl.controller.reports import shadow_threshold
 from edgectl.controller.store import Store
@@ -35,6 +36,7 @@ __all__ = ["Controller", "backend_fallback"]
 
 log = logging.getLogger(__name__)
 
+DROPS_AUDIT_S = 60.0
 LEAVES = ("birth", "presence", "state", "events", "telemetry")
 
 
@@ -63,17 +65,22 @@ class Controller:
     """The service: call ``run()`` until ``stop()``; ``ingest_lag_s`` and counters for benchmarks."""
 
     def __init__(self, store: Store, transport_factory: TransportFactory, key: Ed25519PrivateKey, trusted: TrustedKeys,
-                 tick_s: float = 0.5) -> None:
+                 tick_s: float = 0.5, limits: InboxLimits | None = None) -> None:
         self.store = store
         self.key = key
         self.trusted = trusted
         self.tick_s = tick_s
-        self.inbox: queue.Queue[Message] = queue.Queue()
+        # Oversized payloads are dropped unparsed, a flood stays within a byte budget, and a body
+        # naming another device than its topic is dropped: all counted here (logged, audited).
+        self.drops = Drops()
+        self.inbox: queue.Queue[Message] = Inbox(limits, self.drops)
+        self._drops_audited: dict[str, int] = {}
+        self._drops_audited_at = -DROPS_AUDIT_S
         self._reconnected = threading.Event()
         # The seam: MqttTransport in service, agent.transport_memory in fast tests.
         self.transport: Transport = transport_factory(self.inbox, self._reconnected.set)
         self.server = ArtifactServer(self.transport)
-        self.ingest = Ingest(store)
+        self.ingest = Ingest(store, self.drops)
         self.engine = Engine(store, self, backend_fallback)
         self.packages: dict[str, Package] = {}
         self._cache = Path(tempfile.mkdtemp(prefix="edgectl-controller-"))
@@ -138,12 +145,30 @@ class Controller:
                     self.engine.request(rollout_id, action)
                 self._serve_active()
                 self.engine.tick()
+                self._audit_drops()
                 next_tick = time.monotonic() + self.tick_s
         self.server.stop()
         self.transport.close()
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def _chunk_request(self, message: Message) -> None:
+        try:
+            if not self.ingest.chunk_request_from_its_device(message):
+                return
+        except EdgeError as exc:
+            log.warning("ignored %s: %s", message.topic, exc)
+            return
+        self.server.handle_request(message.payload)
+
+    def _audit_drops(self) -> None:
+        """Put the drop counters in the audit log when they changed: at once the first time, then once a minute."""
+        counts = self.drops.counts()
+        if counts == self._drops_audited or time.monotonic() - self._drops_audited_at < DROPS_AUDIT_S:
+            return
+        self._drops_audited, self._drops_audited_at = counts, time.monotonic()
+        self.store.audit("messages dropped", ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items())))
 
     def _drain(self, until: float) -> None:
         batch: list[Message] = []
@@ -160,7 +185,7 @@ class Controller:
             for message in batch:
                 self.messages += 1
                 if message.topic.endswith("/chunk-requests"):
-                    self.server.handle_request(message.payload)
+                    self._chunk_request(message)
                     continue
                 try:
                     report = self.ingest.apply(message)

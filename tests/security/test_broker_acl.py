@@ -15,7 +15,9 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
+from agent.protocol.chunks import PACKET_OVERHEAD
 from agent.tls import tls_context
+from edgectl.broker_config import MAX_PACKET_BYTES
 from edgectl.pki import Algorithm, FleetPki, Usage
 from edgectl.pki.authority import write_file
 from tests.security.conftest import Fleet, Identity, Probe, connect, make_fleet
@@ -165,3 +167,25 @@ def test_ed25519_fleet_works_with_mosquitto(tmp_path: Path, probes: list[Probe],
         assert probe.publish(f"{DEV}/dev-x/state").value == NOT_AUTHORIZED
     finally:
         broker.stop()
+
+
+def test_messages_over_the_generated_size_limit_are_neither_delivered_nor_retained(fleet: Fleet, probes: list[Probe]) -> None:
+    """A device may not push 100 MB messages (or retain them) through the broker: the limit holds for MQTT 3.1.1 too,
+    whose clients are not told it."""
+    assert f"max_packet_size {MAX_PACKET_BYTES}\n" in fleet.conf.read_text()
+    controller = _login(fleet, fleet.controller, "ctl-size", probes)
+    controller.subscribe(f"{DEV}/+/telemetry")
+    device = _login(fleet, fleet.device("dev-a"), "a-size", probes, mqtt.MQTTv311)
+    fits = b"t" * (MAX_PACKET_BYTES - PACKET_OVERHEAD)
+    device.publish(f"{DEV}/dev-a/telemetry", fits)  # positive control: a chunk or a desired state still fits
+    assert [(t, len(p)) for t, p in controller.received()] == [(f"{DEV}/dev-a/telemetry", len(fits))]
+
+    device.client.publish(f"{DEV}/dev-a/telemetry", b"x" * (MAX_PACKET_BYTES + 1), qos=1, retain=True)
+    assert controller.received(timeout=2.0) == []
+    deadline = time.monotonic() + 5
+    while device.client.is_connected() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not device.client.is_connected()  # Mosquitto cut the sender off
+    late = _login(fleet, fleet.controller, "ctl-size-late", probes)
+    late.subscribe(f"{DEV}/dev-a/telemetry")
+    assert late.received() == [], "an oversized message was retained"
