@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from agent import tensors
 from agent.backends import TensorSpec
 from agent.errors import UserError
 
@@ -100,21 +101,11 @@ def concrete_shape(shape: Sequence[object], batch: int = 1) -> tuple[int, ...]:
 
 def synthetic_feeds(specs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]],
                     seed: int = 20261121) -> dict[str, np.ndarray]:
-    """Reproducible tensors: floats standard normal, integers in [0, 10), booleans; strings are refused."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
+    """Reproducible tensors in ``shapes`` from the one generator, ``agent.tensors.synthetic_feeds``; strings are refused."""
     for spec in specs:
-        shape = shapes.get(spec.name) or concrete_shape(spec.shape)
         if spec.dtype == "object":
             raise UserError(f"input {spec.name!r} takes strings: give real inputs (--golden DIR)")
-        dtype = np.dtype(spec.dtype)
-        if dtype.kind == "f":
-            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[spec.name] = rng.integers(0, 2, shape).astype(bool)
-        else:
-            feeds[spec.name] = rng.integers(0, 10, shape).astype(dtype)
-    return feeds
+    return tensors.synthetic_feeds(specs, seed, shapes=shapes)
 
 
 def model_inputs(path: Path) -> list[TensorSpec]:

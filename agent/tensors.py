@@ -1,10 +1,11 @@
 """Tensors the agent makes up and compares: synthetic inputs, and the one output-comparison policy.
 
-Synthetic inputs feed a model that has no golden data: backend selection, the health check and
-shadow runs all draw them here, so a model that passed selection meets the same kind of inputs
-in HEALTH. Values are deterministic per seed: floats in [0, 1) (image-like and safe for log or
+Synthetic inputs feed a model that has no golden data: backend selection, the health check,
+shadow runs, ``edge-agent probe --input-shape`` and ``edgectl build``'s golden inputs all draw them
+here (``agent.feeds`` only adds the shapes a user gives), so a model meets the same kind of inputs
+everywhere. Values are deterministic per seed: floats in [0, 1) (image-like and safe for log or
 sqrt), integers in [0, 10) (small enough for most index inputs), random booleans, the string
-``"a"``; a dimension that is symbolic or unknown becomes 1.
+``"a"``; a dimension that is symbolic or unknown becomes 1 unless ``shapes`` gives the input's shape.
 
 Outputs are compared by the *model's* precision (fp32, fp16, int8: ``model_precision``): a float
 output may be off by a share of its own range (largest magnitude of the reference), an integer
@@ -52,14 +53,18 @@ _QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearM
 
 
 def synthetic_feeds(
-    specs: Sequence[TensorSpec], rng: np.random.Generator | int = 0, like: Mapping[str, np.ndarray] | None = None
+    specs: Sequence[TensorSpec],
+    rng: np.random.Generator | int = 0,
+    like: Mapping[str, np.ndarray] | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> dict[str, np.ndarray]:
-    """One deterministic input per spec; with ``like`` (golden feeds), its shapes and dtypes instead."""
+    """One deterministic input per spec, in ``shapes`` where given; with ``like`` (golden feeds), its shapes and dtypes."""
     rng = np.random.default_rng(rng) if isinstance(rng, int) else rng
     if like:
         template = {name: (tuple(value.shape), value.dtype) for name, value in like.items()}
     else:
-        template = {spec.name: (_shape(spec), _dtype(spec.dtype)) for spec in specs}
+        given = shapes or {}
+        template = {spec.name: (tuple(given.get(spec.name) or _shape(spec)), _dtype(spec.dtype)) for spec in specs}
     return {name: _draw(rng, shape, dtype) for name, (shape, dtype) in template.items()}
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agent.backends import TensorSpec
-from agent.errors import ModelError
+from agent.errors import ModelError, UserError
 from agent.tensors import agreeing_rows, compare_outputs, synthetic_feeds
 
 SPECS = [TensorSpec("image", "float32", ["batch", 3, 4, 4]), TensorSpec("ids", "int64", [None, 5]),
@@ -56,3 +56,18 @@ def test_agreeing_rows_use_the_same_tolerance() -> None:
     assert agreeing_rows(a, a + np.float32(0.1), "fp16").tolist() == [True, True]
     nan = np.array([[np.nan], [1.0]], np.float32)
     assert agreeing_rows(nan, nan.copy(), "fp32").tolist() == [True, True]
+
+
+def test_one_generator_serves_build_and_probe_shapes() -> None:
+    """agent.feeds (build's golden inputs, probe --input-shape) draws from agent.tensors, only adding given shapes."""
+    from agent import feeds
+
+    specs = [TensorSpec("x", "float32", [None, 3, "h", "w"]), TensorSpec("n", "int64", [1])]
+    shapes = {"x": (2, 3, 8, 8)}
+    built = feeds.synthetic_feeds(specs, shapes, seed=5)
+    assert {k: v.shape for k, v in built.items()} == {"x": (2, 3, 8, 8), "n": (1,)}
+    for name, value in synthetic_feeds(specs, 5, shapes=shapes).items():
+        np.testing.assert_array_equal(built[name], value)
+    assert built["x"].min() >= 0 and built["x"].max() < 1
+    with pytest.raises(UserError, match="takes strings"):
+        feeds.synthetic_feeds([TensorSpec("s", "object", [1])], {})
