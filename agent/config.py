@@ -63,6 +63,10 @@ class DeploySettings:
     selection_budget_s: float = 3.0
     max_restarts_per_state: int = 3
     download_quota_bytes: int | None = None  # cap on bytes a download may write (a small-disk seam)
+    # Artifacts over HTTP(S) Range (the desired state's model.urls; agent/deploy/http_fetch.py):
+    http_max_bytes_per_s: int | None = None  # cap on this device's HTTP download rate; None: no cap
+    http_timeout_s: float = 15.0  # connect and read timeout of one HTTP request
+    http_ca: Path | None = None  # CA bundle for https URLs; None: the system's trust store
     crash_loop_max_deaths: int = 3  # deaths of the agent while running one model before it is rolled back
     crash_loop_window_s: float = 3600.0  # ... counted within this window
     load_timeout_s: float = 600.0  # a load (backend measurement included) longer than this counts as a hang

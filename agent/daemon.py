@@ -21,9 +21,11 @@ from agent import __version__
 from agent.backends import runtime_versions
 from agent.config import AgentConfig
 from agent.deploy.fetch import ChunkFetcher
+from agent.deploy.http_fetch import HttpSettings
 from agent.deploy.ledger import Ledger
 from agent.deploy.machine import Deployment, Machine, Options, Outcome, State, load_record
 from agent.deploy.slots import Slots
+from agent.deploy.sources import ArtifactFetcher
 from agent.deploy.steps import Steps
 from agent.deploy.trust import TrustStore
 from agent.errors import EdgeError, ProtocolError
@@ -85,8 +87,10 @@ class Agent:
         self.package_keys, self.controller_keys = self.trust.keys("package"), self.trust.keys("controller")
         will = Will(topics.device(self.id, "presence"), Presence(self.id, False, time.time()).to_payload())
         self.transport: Transport = (transport or self._mqtt)(self.inbox, self._announce, will)
-        self.fetcher = ChunkFetcher(self.transport, self.id, config.deploy.request_interval_s,
-                                    config.deploy.download_deadline_s)
+        # HTTP(S) Range from the desired state's URLs first, MQTT chunks for the rest (agent/deploy/sources.py).
+        self.fetcher = ArtifactFetcher(
+            ChunkFetcher(self.transport, self.id, config.deploy.request_interval_s, config.deploy.download_deadline_s),
+            self.state_dir, HttpSettings(config.deploy.http_max_bytes_per_s, config.deploy.http_timeout_s, config.deploy.http_ca))
         steps = Steps(config.deploy, self.state_dir, self.slots, self.ledger, self.host,
                       self.fetcher.fetch, config.target)
         self.machine = Machine(self.state_dir / "deployment.json", steps.handlers(), self._report,
@@ -218,6 +222,7 @@ class Agent:
         if current is not None and current.active.manifest_sha256 == manifest_sha256(manifest_bytes):
             self._event(desired.deployment_id, "commit", "ok", f"{manifest.name} v{manifest.version} is already active")
             return
+        self.fetcher.remember(manifest.payload.sha256, desired.model.urls)
         options = Options(bool(desired.options.get("allow_downgrade")), desired.shadow_min)
         deployment = Deployment(desired.deployment_id, manifest_bytes, options=options)
         if self.deployment is not None:

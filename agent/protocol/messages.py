@@ -18,6 +18,7 @@ from agent.protocol.topics import validate_id
 
 __all__ = [
     "COMMANDS",
+    "MAX_ARTIFACT_URLS",
     "ChunkRequest",
     "Command",
     "DesiredModel",
@@ -32,13 +33,26 @@ __all__ = [
 COMMANDS = ("rollback", "remeasure", "report")
 
 
+MAX_ARTIFACT_URLS = 16
+
+
 @dataclass(frozen=True)
 class DesiredModel:
-    """The model a device should run: its manifest envelope (signed by the package key)."""
+    """The model a device should run: its manifest envelope (signed by the package key).
+
+    ``urls`` (optional, schema 1 readers that predate it ignore it): where the payload's bytes can
+    also be fetched by HTTP(S) Range, tried in order before the MQTT chunk path."""
 
     name: str
     version: int
     manifest: Envelope
+    urls: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "version": self.version, "manifest": self.manifest.to_json()}
+        if self.urls:  # absent rather than empty: the payload stays byte-identical for MQTT-only rollouts
+            data["urls"] = list(self.urls)
+        return data
 
 
 @dataclass(frozen=True)
@@ -54,9 +68,7 @@ class DesiredState:
     options: dict[str, Any] = field(default_factory=dict)
 
     def to_payload(self) -> bytes:
-        model = None
-        if self.model is not None:
-            model = {"name": self.model.name, "version": self.model.version, "manifest": self.model.manifest.to_json()}
+        model = None if self.model is None else self.model.to_json()
         return encode_json({
             "type": "desired", "device_id": self.device_id, "seq": self.seq, "issued_at": self.issued_at,
             "expires_at": self.expires_at, "deployment_id": self.deployment_id, "model": model,
@@ -74,6 +86,7 @@ class DesiredState:
                 name=model_f.text("name", 128),
                 version=model_f.integer("version", 1),
                 manifest=Envelope.from_json(model_f.raw_obj("manifest")),
+                urls=_checked_urls(model_f),
             )
         return cls(
             device_id=validate_id(f.text("device_id", 64)),
@@ -90,6 +103,19 @@ class DesiredState:
         """The agreement a shadow run must reach before cut-over, or None: no shadow run asked."""
         shadow = self.options.get("shadow")
         return None if shadow is None else float(shadow["min_agreement"])
+
+
+def _checked_urls(model: Fields) -> tuple[str, ...]:
+    """``model.urls``: at most 16 absolute http(s) URLs; anything else rejects the whole desired state."""
+    if model.data.get("urls") is None:
+        return ()
+    urls = model.array("urls", MAX_ARTIFACT_URLS)
+    for url in urls:
+        if not isinstance(url, str) or len(url) > 4096 or not url.startswith(("http://", "https://")) \
+                or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+            raise ProtocolError(f"{model.what}.urls: each entry must be an http:// or https:// URL of at most 4096"
+                                " characters without spaces or control characters")
+    return tuple(urls)
 
 
 def _checked_options(options: dict[str, Any]) -> dict[str, Any]:

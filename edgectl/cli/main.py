@@ -14,6 +14,7 @@ from agent.errors import EdgeError, InternalError
 # Command modules register themselves on `app` when imported.
 from edgectl.cli import (
     analysis,  # noqa: F401  (targets, inspect, partition)
+    artifacts,  # noqa: F401  (artifacts serve|publish)
     broker,  # noqa: F401  (broker)
     controller,  # noqa: F401  (controller run)
     fleet,  # noqa: F401  (deploy, devices)
