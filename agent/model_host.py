@@ -20,6 +20,7 @@ from agent.protocol.manifest import Manifest
 from agent.selection import Selection, select_backend
 from agent.serving import ModelRegistry
 from agent.shadow import Agreement, measure_agreement, shadow_inputs
+from agent.tensors import model_precision
 
 __all__ = ["LoadedModel", "ModelHost"]
 
@@ -100,7 +101,8 @@ class ModelHost:
                 with self.registry.acquire(current.active.name) as entry:
                     return dict(entry.runner.infer(feed))
 
-            return measure_agreement(old, lambda feed: dict(new.infer(feed)), feeds, live)
+            precision = model_precision(slot_dir / manifest.model)  # the new model's tolerance, not fp32's
+            return measure_agreement(old, lambda feed: dict(new.infer(feed)), feeds, live, precision=precision)
 
     def unload(self) -> None:
         with self._lock:
