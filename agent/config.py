@@ -10,7 +10,7 @@ from pathlib import Path
 from agent.errors import ConfigError
 from agent.protocol.topics import validate_id
 from agent.settings import load_settings
-from agent.transport import check_transport_security
+from agent.transport import broker_urls, check_transport_security
 
 __all__ = ["AgentConfig", "load_agent_config"]
 
@@ -75,7 +75,11 @@ class DeploySettings:
 @dataclass(frozen=True)
 class AgentConfig:
     device_id: str
+    # One broker URL, or the nodes of a cluster separated by commas; ``brokers`` is the same as a
+    # YAML list and, when given, replaces ``broker``. The agent connects to the first that
+    # answers and moves to the next when the connection is lost (agent.transport).
     broker: str = "mqtt://127.0.0.1:1883"
+    brokers: list[str] = field(default_factory=list)
     mqtt_protocol: str = "auto"
     insecure: bool = False
     tls: TlsSettings = field(default_factory=TlsSettings)
@@ -90,10 +94,18 @@ class AgentConfig:
     log_level: str = "INFO"
     log_json: bool = False
 
+    def __post_init__(self) -> None:
+        if self.brokers:  # one spelling for the transport: config.broker names every node
+            object.__setattr__(self, "broker", ",".join(self.brokers))
+
+    @property
+    def broker_urls(self) -> list[str]:
+        return broker_urls(self.broker)
+
     def check(self, where: str) -> AgentConfig:
         validate_id(self.device_id)
-        check_transport_security(self.broker, self.insecure, where)
-        if self.broker.startswith("mqtts") and self.tls.cert is None:
+        check_transport_security(self.broker_urls, self.insecure, where)
+        if any(url.startswith("mqtts") for url in self.broker_urls) and self.tls.cert is None:
             log.warning("TLS without a client certificate: the broker cannot authenticate this device")
         if not self.trust.packages:
             raise ConfigError(f"{where}: trust.packages is empty: name at least one public key that signs packages")

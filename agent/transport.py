@@ -4,7 +4,12 @@ Callbacks run on paho's network thread and only enqueue: slow work (hashing, loa
 benchmarking) happens on the consumer's thread, so keepalive is never starved. Subscriptions are
 remembered and renewed on every reconnect. Reconnects back off exponentially with jitter so a
 fleet does not stampede a restarted broker. MQTT 5 is tried first (for Maximum Packet Size and
-message expiry); brokers that only speak 3.1.1, like the embedded one, are used with 3.1.1.
+message expiry); brokers that only speak 3.1.1, like the embedded one or NATS, are used with 3.1.1.
+
+A transport may be given several broker URLs, the nodes of one cluster: it connects to the first
+that answers, and when the connection is lost it moves on to the next node in the list (wrapping
+around) with the same jittered backoff, renewing its subscriptions there. Retained messages and
+sessions are the cluster's business (NATS keeps them in replicated JetStream streams).
 
 ``Transport`` is the contract the agent, the controller and the light agents program against;
 ``MqttTransport`` is the real one and ``agent.transport_memory`` an in-memory one for fast tests.
@@ -18,7 +23,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -32,7 +37,7 @@ from agent.errors import BrokerUnavailable, ConfigError
 
 __all__ = [
     "BrokerAddress", "ConnectHook", "DeviceTransportFactory", "Message", "MqttTransport", "Transport", "TransportFactory", "Will",
-    "check_transport_security",
+    "broker_urls", "check_transport_security",
 ]
 
 log = logging.getLogger(__name__)
@@ -61,11 +66,28 @@ class BrokerAddress:
         return cls(parsed.hostname, port, tls)
 
 
+def broker_urls(spec: str | Sequence[str]) -> list[str]:
+    """The broker URLs of ``spec``: one URL, several separated by commas, or a list (of either); in order, once each."""
+    items = [spec] if isinstance(spec, str) else list(spec)
+    urls = [part.strip() for item in items for part in item.split(",") if part.strip()]
+    if not urls:
+        raise ConfigError("no broker URL: give mqtt://HOST:PORT, or several separated by commas")
+    return list(dict.fromkeys(urls))
+
+
 _WARNED: set[str] = set()
 
 
-def check_transport_security(url: str, insecure: bool, where: str) -> None:
-    """Plaintext MQTT is allowed on loopback; elsewhere only with an explicit ``insecure: true``."""
+def check_transport_security(url: str | Sequence[str], insecure: bool, where: str) -> None:
+    """Plaintext MQTT is allowed on loopback; elsewhere only with an explicit ``insecure: true``.
+
+    ``url`` may name several brokers (see :func:`broker_urls`): each is checked."""
+    urls = broker_urls(url)
+    if len(urls) > 1:
+        for one in urls:
+            check_transport_security(one, insecure, where)
+        return
+    url = urls[0]
     address = BrokerAddress.parse(url)
     if address.tls:
         return
@@ -141,11 +163,14 @@ DeviceTransportFactory = Callable[[queue.Queue[Message], ConnectHook, Will], Tra
 
 
 class MqttTransport:
-    """One MQTT connection: publish, remembered subscriptions, and an inbox of received messages."""
+    """One MQTT connection: publish, remembered subscriptions, and an inbox of received messages.
+
+    ``url`` is one broker URL or several (a list, or one string separated by commas): the nodes of
+    one cluster, tried in order; see the module docstring for failover."""
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         client_id: str,
         *,
         inbox: queue.Queue[Message],
@@ -158,8 +183,12 @@ class MqttTransport:
     ) -> None:
         if protocol not in ("auto", "5", "3.1.1"):
             raise ConfigError(f"mqtt protocol {protocol!r}: use auto, 5 or 3.1.1")
-        self.address = BrokerAddress.parse(url)
-        if self.address.tls and tls_context is None:
+        self.addresses = tuple(BrokerAddress.parse(one) for one in broker_urls(url))
+        self._index = 0  # the node connected to, or tried next
+        self._running = False  # connect() succeeded and neither close() nor abort() since: fail over on loss
+        self._refused_while_running = False
+        self.failovers = 0  # how often a lost connection moved on to another node
+        if any(address.tls for address in self.addresses) and tls_context is None:
             tls_context = ssl.create_default_context()
         self._client_id = client_id
         self._inbox = inbox
@@ -178,6 +207,11 @@ class MqttTransport:
         self.mqtt_version = "5" if protocol != "3.1.1" else "3.1.1"
         self._client = self._new_client(self.mqtt_version)
 
+    @property
+    def address(self) -> BrokerAddress:
+        """The broker connected to (or tried next)."""
+        return self.addresses[self._index]
+
     # -- connection -------------------------------------------------------------------------
 
     def _new_client(self, version: str) -> mqtt.Client:
@@ -195,24 +229,43 @@ class MqttTransport:
         if self._will is not None:
             client.will_set(self._will.topic, self._will.payload, self._will.qos, self._will.retain)
         client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         return client
 
     def connect(self, timeout: float = 10.0) -> None:
-        """Connect (falling back from MQTT 5 to 3.1.1 when asked to) and start the network thread."""
-        if self._attempt(timeout):
-            return
-        # Brokers without MQTT 5 either refuse the version or drop the connection without a CONNACK.
-        if self._protocol == "auto" and (self._refused is None or self._refused in _UNSUPPORTED_PROTOCOL):
-            log.info("broker does not speak MQTT 5; using 3.1.1")
-            self.mqtt_version = "3.1.1"
-            self._client = self._new_client("3.1.1")
-            if self._attempt(timeout):
+        """Connect to the first broker that answers (each falling back from MQTT 5 to 3.1.1 when asked to).
+
+        Starts the network thread; raises ``BrokerUnavailable`` naming every broker tried."""
+        failures = []
+        for _ in self.addresses:
+            reason = self._connect_here(timeout)
+            if reason is None:
+                self._running = True
                 return
-        where = f"{self.address.host}:{self.address.port}"
-        reason = f"refused (code {self._refused})" if self._refused is not None else "no answer"
-        raise BrokerUnavailable(f"cannot connect to MQTT broker at {where}: {reason}")
+            failures.append(f"{self.address.host}:{self.address.port}: {reason}")
+            self._index = (self._index + 1) % len(self.addresses)
+        if len(failures) == 1:
+            raise BrokerUnavailable(f"cannot connect to MQTT broker at {failures[0]}")
+        raise BrokerUnavailable(f"cannot connect to any of {len(failures)} MQTT brokers: {'; '.join(failures)}")
+
+    def _connect_here(self, timeout: float) -> str | None:
+        """Connect to ``self.address``; None when connected, else why not."""
+        try:
+            if self._attempt(timeout):
+                return None
+            # Brokers without MQTT 5 either refuse the version or drop the connection without a CONNACK.
+            if self._protocol == "auto" and self.mqtt_version == "5" and (
+                    self._refused is None or self._refused in _UNSUPPORTED_PROTOCOL):
+                log.info("broker does not speak MQTT 5; using 3.1.1")
+                self.mqtt_version = "3.1.1"
+                self._client = self._new_client("3.1.1")
+                if self._attempt(timeout):
+                    return None
+        except (OSError, ssl.SSLError) as exc:
+            return str(exc)
+        return f"refused (code {self._refused})" if self._refused is not None else "no answer"
 
     def _attempt(self, timeout: float) -> bool:
         self._refused = None
@@ -220,11 +273,9 @@ class MqttTransport:
         self._closed.clear()
         try:
             self._client.connect(self.address.host, self.address.port, keepalive=self._keepalive)
-        except (OSError, ssl.SSLError) as exc:
+        except (OSError, ssl.SSLError):
             self._client.loop_stop()
-            raise BrokerUnavailable(
-                f"cannot connect to MQTT broker at {self.address.host}:{self.address.port}: {exc}"
-            ) from exc
+            raise
         self._client.loop_start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self._refused is None and not self._closed.is_set():
@@ -236,6 +287,7 @@ class MqttTransport:
 
     def close(self, final: tuple[str, bytes] | None = None) -> None:
         """Publish ``final`` (topic, payload; retained) if connected, then disconnect cleanly."""
+        self._running = False
         if final is not None and self._connected.is_set():
             self.publish(final[0], final[1], qos=1, retain=True, wait=2.0)
         self._client.disconnect()
@@ -243,6 +295,7 @@ class MqttTransport:
 
     def abort(self) -> None:
         """Stop the network thread without a DISCONNECT: the socket stays half-open until keepalive, then the will."""
+        self._running = False
         self._client.loop_stop()
 
     @property
@@ -257,6 +310,7 @@ class MqttTransport:
     def _on_connect(self, client: mqtt.Client, _u: Any, _f: Any, reason: Any, props: Properties | None) -> None:
         if reason.is_failure:
             self._refused = int(reason.value)
+            self._refused_while_running = self._running  # a node that is up but not serving: try the next
             return
         if props is not None and hasattr(props, "MaximumPacketSize"):
             self.max_packet_size = int(props.MaximumPacketSize)
@@ -272,11 +326,30 @@ class MqttTransport:
         was_connected = self._connected.is_set()
         self._connected.clear()
         self._closed.set()
-        # Jitter the next reconnect delay so that a fleet does not reconnect in lockstep.
-        # paho's stub says int; its backoff arithmetic takes a float, which the jitter needs.
-        client.reconnect_delay_set(min_delay=random.uniform(0.5, 1.5), max_delay=30)  # type: ignore[arg-type]
+        if was_connected:
+            # Jitter the next reconnect delay so that a fleet does not reconnect in lockstep; paho
+            # doubles it after each failed attempt. paho's stub says int; its backoff arithmetic
+            # takes a float, which the jitter needs.
+            client.reconnect_delay_set(min_delay=random.uniform(0.5, 1.5), max_delay=30)  # type: ignore[arg-type]
         if was_connected and reason is not None and getattr(reason, "is_failure", False):
-            log.warning("disconnected from broker (%s); reconnecting with backoff", reason)
+            log.warning("disconnected from broker %s:%s (%s); reconnecting with backoff",
+                        self.address.host, self.address.port, reason)
+        if was_connected or self._refused_while_running:
+            self._refused_while_running = False
+            self._fail_over(client)
+
+    def _on_connect_fail(self, client: mqtt.Client, _u: Any) -> None:
+        """paho's reconnect found no broker listening there (node down): the next attempt goes to the next node."""
+        self._fail_over(client)
+
+    def _fail_over(self, client: mqtt.Client) -> None:
+        """Point paho's reconnect loop at the next node; it still waits the backoff before connecting."""
+        if not self._running or len(self.addresses) == 1:
+            return
+        self._index = (self._index + 1) % len(self.addresses)
+        self.failovers += 1
+        log.info("next broker: %s:%s", self.address.host, self.address.port)
+        client.connect_async(self.address.host, self.address.port, keepalive=self._keepalive)
 
     def _on_message(self, _c: mqtt.Client, _u: Any, msg: mqtt.MQTTMessage) -> None:
         self._inbox.put(Message(msg.topic, bytes(msg.payload), bool(msg.retain)))

@@ -35,7 +35,10 @@ class ControllerSettings:
 
 @dataclass(frozen=True)
 class EdgectlConfig:
+    # One broker URL, or the nodes of a cluster separated by commas; ``brokers`` is the same as a
+    # YAML list and, when given, replaces ``broker``. Used by every command and the controller.
     broker: str | None = None
+    brokers: list[str] = field(default_factory=list)
     insecure: bool = False
     mqtt_protocol: str = "auto"
     tls: TlsSettings = field(default_factory=TlsSettings)

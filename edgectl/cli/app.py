@@ -28,7 +28,7 @@ class GlobalOptions:
     """Options given before the command name, available to every command."""
 
     config: Path | None
-    broker: str | None
+    broker: str | None  # one URL, or a cluster's nodes separated by commas
     debug: bool
 
 
@@ -45,9 +45,10 @@ def _root(
         None, "--config", "-c", envvar="EDGECTL_CONFIG",
         help="edgectl.yaml to use (default: ./edgectl.yaml, then ~/.config/edgectl/edgectl.yaml).",
     ),
-    broker: str | None = typer.Option(
+    broker: list[str] | None = typer.Option(
         None, "--broker", envvar="EDGECTL_BROKER",
-        help="Broker URL, e.g. mqtt://host:1883 or mqtts://host:8883. Default: the config, "
+        help="Broker URL, e.g. mqtt://host:1883 or mqtts://host:8883; for a cluster, repeat it or separate "
+        "the nodes' URLs with commas (tried in order, failover on loss). Default: the config, "
         "else the embedded broker started by `edgectl broker` or ./scripts/demo.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Print tracebacks and debug logs."),
@@ -55,7 +56,7 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    ctx.obj = GlobalOptions(config=config, broker=broker, debug=debug)
+    ctx.obj = GlobalOptions(config=config, broker=",".join(broker) if broker else None, debug=debug)
 
 
 def options(ctx: typer.Context) -> GlobalOptions:
