@@ -1,0 +1,216 @@
+"""Backend pick stability on every corpus model (``./scripts/bench corpus``).
+
+For each model of the generated corpus (``tests/corpus.py``) and each ``*/*.onnx`` under
+``../shared/models`` when present:
+
+1. five probes: ``select_backend`` afresh each time (what ``edge-agent probe --model`` runs), with
+   the decision each made (tie or not, the rule, the ratio against the runner-up);
+2. every candidate that passed timed *independently*: alone, one after the other, in two passes
+   in opposite orders, the median of all its runs; the fastest of those is the reference;
+3. the goal: every pick within 5% of that fastest (``worst pick`` is the slowest pick's median over
+   the fastest's);
+4. NNAPI partitions as ``targets.analyse`` reports them (the runtime view) beside onnxruntime's own
+   mobile usability checker, run on the model as that checker runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchdoc import machine, write_section  # noqa: E402
+
+from agent.backends import Candidate  # noqa: E402
+from agent.errors import EdgeError, one_line  # noqa: E402
+from agent.hardware import Hardware, probe_hardware  # noqa: E402
+from agent.selection import Selection, Status, select_backend  # noqa: E402
+from tests.corpus import CORPUS, write_corpus  # noqa: E402
+
+MODELS = ROOT.parent / "shared" / "models"
+GOAL = 1.05
+SECTION = "backend pick stability (corpus)"
+
+
+@dataclass
+class Row:
+    """One model's figures."""
+
+    name: str
+    source: str
+    picks: list[str] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    independent_ms: dict[str, float] = field(default_factory=dict)
+    nnapi: str = "-"
+    note: str = ""
+
+    @property
+    def fastest(self) -> str | None:
+        return min(self.independent_ms, key=self.independent_ms.__getitem__) if self.independent_ms else None
+
+    @property
+    def worst_ratio(self) -> float | None:
+        if not self.picks or not self.independent_ms:
+            return None
+        best = min(self.independent_ms.values())
+        return max(self.independent_ms[p] for p in self.picks) / best
+
+    @property
+    def ok(self) -> bool | None:
+        ratio = self.worst_ratio
+        return None if ratio is None else ratio <= GOAL
+
+
+def models(with_shared: bool, only: list[str], workdir: Path) -> list[tuple[str, str, Path, dict[str, np.ndarray] | None]]:
+    """(name, source, path, golden feeds or None) for the corpus and the shared models."""
+    found: list[tuple[str, str, Path, dict[str, np.ndarray] | None]] = [
+        (name, "corpus", path, CORPUS[name].feeds()) for name, path in write_corpus(workdir).items()]
+    if with_shared and MODELS.is_dir():
+        found += [(f"{p.parent.name}/{p.name}", "shared", p, None) for p in sorted(MODELS.glob("*/*.onnx"))]
+    return [m for m in found if not only or any(o in m[0] for o in only)]
+
+
+def probe(path: Path, hardware: Hardware, feeds: dict[str, np.ndarray] | None, budget_s: float) -> Selection:
+    with tempfile.TemporaryDirectory() as cache:  # like edge-agent probe: a throw-away cache, measured afresh
+        return select_backend(path, hardware=hardware, allowed_providers=None, golden=feeds, expected=None,
+                              cache_dir=Path(cache), time_budget_s=budget_s, remeasure=True)
+
+
+def independent(path: Path, candidates: list[Candidate], feeds: dict[str, np.ndarray], seconds: float) -> dict[str, float]:
+    """Each candidate alone for ``seconds`` (at least 5 runs), in two passes of opposite order: median ms."""
+    runs: dict[str, list[float]] = collections.defaultdict(list)
+    for order in (candidates, candidates[::-1]):
+        for cand in order:
+            with cand.open(path) as runner:
+                for _ in range(3):
+                    runner.infer(feeds, check=False)
+                end = time.perf_counter() + seconds / 2
+                while len(runs[cand.name]) < 5 or time.perf_counter() < end:
+                    start = time.perf_counter()
+                    runner.infer(feeds, check=False)
+                    runs[cand.name].append(time.perf_counter() - start)
+    return {name: float(np.median(times)) * 1000 for name, times in runs.items()}
+
+
+def nnapi_partitions(path: Path) -> str:
+    """``ours / onnxruntime checker`` NNAPI partitions, or why one side could not tell."""
+    from onnxruntime.tools.mobile_helpers import usability_checker
+    from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo, optimize_model
+
+    import targets
+
+    model = onnx.load(str(path))
+    try:
+        ours = str(targets.analyse(model, targets.load_profile("nnapi")).runtime.accelerator_partitions)
+    except Exception as exc:  # a figure for a table: say why, keep going
+        ours = f"error ({one_line(exc)[:60]})"
+    with tempfile.TemporaryDirectory() as tmp:
+        source, optimized = Path(tmp) / "model.onnx", Path(tmp) / "optimized.onnx"
+        onnx.save(model, str(source))
+        try:
+            optimize_model(source, optimized, use_external_initializers=True)
+            with_shapes = ModelProtoWithShapeInfo(optimized).model_with_shape_info
+            theirs = str(usability_checker.check_nnapi_partitions(with_shapes, True).num_partitions)
+        except Exception as exc:  # the checker cannot analyse some models (shape inference fails)
+            theirs = f"n/a ({one_line(exc)[:60]})"
+    return f"{ours} / {theirs}"
+
+
+def measure(name: str, source: str, path: Path, feeds: dict[str, np.ndarray] | None, hardware: Hardware,
+            args: argparse.Namespace) -> Row:
+    row = Row(name, source)
+    row.nnapi = nnapi_partitions(path) if args.nnapi else "-"
+    try:
+        selections = [probe(path, hardware, feeds, args.budget) for _ in range(args.probes)]
+    except EdgeError as exc:
+        row.note = f"not probed: {one_line(exc)[:120]}"
+        return row
+    row.picks = [s.backend for s in selections]
+    row.decisions = [s.decision.to_dict() if s.decision else {} for s in selections]
+    passing = [f.candidate for f in selections[0].figures if f.status is Status.OK]
+    if feeds is None:
+        from agent.tensors import synthetic_feeds
+
+        with passing[0].open(path) as runner:
+            feeds = synthetic_feeds(runner.inputs)
+    row.independent_ms = independent(path, passing, feeds, args.independent)
+    return row
+
+
+def short(backend: str) -> str:
+    return backend.replace("ExecutionProvider", "")
+
+
+def describe(row: Row) -> list[str]:
+    if row.note:
+        return [row.name, row.source, row.note, "-", "-", "-", "-", row.nnapi]
+    picks = ", ".join(f"{short(b)} x{n}" for b, n in collections.Counter(row.picks).most_common())
+    ties = sum(1 for d in row.decisions if d.get("tie"))
+    rules = ", ".join(f"{r} x{n}" for r, n in collections.Counter(d.get("rule", "?") for d in row.decisions).most_common())
+    ratios = [d["ratio"] for d in row.decisions if d.get("ratio") is not None]
+    decided = f"{ties}/{len(row.decisions)} ties; {rules}" + (
+        f"; ratio {min(ratios):.2f}-{max(ratios):.2f}" if ratios else "")
+    independent = ", ".join(f"{short(b)} {ms:.3f}" for b, ms in sorted(row.independent_ms.items()))
+    worst = row.worst_ratio
+    verdict = "-" if worst is None else f"{worst:.3f} {'yes' if row.ok else 'NO'}"
+    return [row.name, row.source, picks, decided, independent, short(row.fastest or "-"), verdict, row.nnapi]
+
+
+HEADER = ["model", "from", "picks (probes)", "decisions", "independent median ms", "fastest",
+          "worst pick / fastest, within 5%", "NNAPI partitions (ours / ORT checker)"]
+
+
+def markdown(rows: list[Row], args: argparse.Namespace) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(describe(r)) + " |" for r in rows]
+    judged = [r for r in rows if r.ok is not None]
+    held = sum(1 for r in judged if r.ok)
+    return (f"Machine: {machine()}.\n\nEach model probed {args.probes} times with `select_backend` afresh (time budget "
+            f"{args.budget:g} s per probe, as `edge-agent probe --model M --budget {args.budget:g}`); every candidate "
+            f"that passed then timed alone, {args.independent:g} s each in two passes of opposite order. Goal: every "
+            f"pick within 5% of the independently fastest. **Held on {held} of {len(judged)} models.** A decision is "
+            f"a tie when the 99% interval of the ratio never left the noise within the budget (or lay within 5%), "
+            f"resolved by lower p95, lower memory, then candidate order.\n\n" + "\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--probes", type=int, default=5, help="probes per model (default 5)")
+    parser.add_argument("--budget", type=float, default=5.0, help="time budget of each probe in seconds (default 5)")
+    parser.add_argument("--independent", type=float, default=4.0,
+                        help="seconds of independent timing per candidate, split over two passes (default 4)")
+    parser.add_argument("--only", action="append", default=[], help="only models whose name contains this (repeat)")
+    parser.add_argument("--no-shared", action="store_true", help="only the generated corpus, not ../shared/models")
+    parser.add_argument("--no-nnapi", dest="nnapi", action="store_false", help="skip the NNAPI partition column")
+    parser.add_argument("--no-docs", action="store_true", help="do not write the figures into docs/benchmarks.md")
+    args = parser.parse_args()
+    command = "./scripts/bench corpus " + shlex.join(sys.argv[1:])
+    hardware = probe_hardware()
+    started = time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, source, path, feeds in models(not args.no_shared, args.only, Path(tmp)):
+            row = measure(name, source, path, feeds, hardware, args)
+            rows.append(row)
+            print(" | ".join(describe(row)), flush=True)
+    body = markdown(rows, args) + f"\n\nThe run took {time.perf_counter() - started:.0f} s."
+    print("\n" + body + f"\n\nrerun: {command.strip()}")
+    if not args.no_docs:
+        print(f"figures written to {write_section(SECTION, command.strip(), body).relative_to(ROOT)} (## {SECTION})")
+
+
+if __name__ == "__main__":
+    main()
