@@ -14,6 +14,7 @@ import os
 import re
 import ssl
 import threading
+import time
 import urllib.parse
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,8 +56,11 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
 class RangeServer:
     """A threaded HTTP(S) server over ``root``; ``bytes_sent`` and ``requests`` count what it served."""
 
-    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None,
+                 rate: int | None = None) -> None:
+        """``rate``: bytes/s per response (spares an origin's uplink; tests use it to stop a server mid-body)."""
         self.root = root.resolve()
+        self.rate = rate
         if not self.root.is_dir():
             raise NotADirectoryError(f"{root} is not a directory")
         self.bytes_sent = 0
@@ -152,19 +156,23 @@ class _RangeHandler(BaseHTTPRequestHandler):
 
     def _send_file(self, f: BinaryIO, offset: int, count: int) -> int:
         """Send ``count`` bytes from ``offset``; the bytes that left, also when the client goes away mid-body."""
-        sent, sock = 0, self.connection
+        sent, sock, rate = 0, self.connection, self.owner.rate
+        step = 1 << 20 if rate is None else max(4096, min(64 * 1024, rate // 8))
+        started = time.monotonic()
         try:
             while sent < count:
                 if isinstance(sock, ssl.SSLSocket):  # TLS: the kernel cannot send the file itself
                     f.seek(offset + sent)
-                    block = f.read(min(1 << 20, count - sent))
+                    block = f.read(min(step, count - sent))
                     sock.sendall(block)
                     n = len(block)
                 else:
-                    n = os.sendfile(sock.fileno(), f.fileno(), offset + sent, count - sent)
+                    n = os.sendfile(sock.fileno(), f.fileno(), offset + sent, min(step, count - sent) if rate else count - sent)
                 if n == 0:  # the file shrank under us
                     break
                 sent += n
+                if rate is not None:
+                    time.sleep(max(0.0, sent / rate - (time.monotonic() - started)))
         except OSError:
             self.close_connection = True
         return sent

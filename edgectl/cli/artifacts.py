@@ -29,6 +29,7 @@ def serve(
     port: int = typer.Option(8090, "--port", min=0, max=65535, help="Port (0: a free one, printed)."),
     tls_cert: Path | None = typer.Option(None, "--tls-cert", exists=True, dir_okay=False, help="Serve HTTPS with this PEM."),
     tls_key: Path | None = typer.Option(None, "--tls-key", exists=True, dir_okay=False, help="Private key of --tls-cert."),
+    rate: int | None = typer.Option(None, "--rate", min=1, help="Bytes/s per response (default: as fast as it goes)."),
 ) -> None:
     """Serve DIRECTORY's files with HTTP Range (206/416, HEAD) until interrupted."""
     if (tls_cert is None) != (tls_key is None):
@@ -38,7 +39,7 @@ def serve(
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(tls_cert, tls_key)
     try:
-        server = RangeServer(directory, host, port, context)
+        server = RangeServer(directory, host, port, context, rate)
     except OSError as exc:
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
