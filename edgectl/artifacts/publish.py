@@ -57,6 +57,7 @@ def publish_s3(package: Package, location: S3Location, endpoint: str | None, reg
         raise UserError(f"--expires: {presign_s}s is outside 1s..168h (the most an S3 presigned URL allows)")
     client = _client(endpoint, region)
     key = location.key(package.manifest.artifact_id)
+    from boto3.exceptions import Boto3Error
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
@@ -67,7 +68,7 @@ def publish_s3(package: Package, location: S3Location, endpoint: str | None, reg
         url: str = client.generate_presigned_url("get_object", Params={"Bucket": location.bucket, "Key": key},
                                                  ExpiresIn=presign_s)
         return url
-    except (BotoCoreError, ClientError) as exc:
+    except (Boto3Error, BotoCoreError, ClientError) as exc:  # translated at the boundary
         raise OperationFailed(f"publishing to s3://{location.bucket}/{key}: {_one_line(exc)}") from exc
 
 
