@@ -1,0 +1,80 @@
+// Start a rollout: packages (one per target variant), selector, waves, failure budget, bake, gates, shadow.
+// "Preview" asks the server for a dry run (the plan, nothing recorded); "Start" records it for the controller.
+
+import { fill, h } from "./dom.js";
+
+export const NAV = "rollouts";
+export const TITLE = "New rollout";
+
+export async function mount(main, _args, params, ctx) {
+  if (!ctx.can("operator")) {
+    fill(main, h("h1", "New rollout"), h("p.muted", "Only operators and admins start rollouts."));
+    return {};
+  }
+  const list = await ctx.api("/packages");
+  const packages = list.items || [];
+  const preselected = new Set(params.getAll("package"));
+  const plan = h("div.plan#plan");
+  const form = h("form.stack.panel#rollout-form", { onsubmit: (e) => e.preventDefault() },
+    h("fieldset.checks#packages",
+      h("legend", "Packages (one per target; each device gets the variant for its target)"),
+      packages.length ? packages.map((p) => h("label",
+        h("input", { type: "checkbox", name: "packages", value: p.variant, checked: preselected.has(p.variant) }),
+        `${p.label} (target ${p.target})`)) : h("p.muted", "No package yet: upload one on the Packages page.")),
+    h("div.row",
+      h("label", "Devices (selector)", h("input", { name: "selector", value: params.get("selector") || "all",
+        placeholder: "all, target=nnapi, group=lab" })),
+      h("label", "Waves", h("input", { name: "waves", value: "1,10%,50%,100%" }))),
+    h("div.row",
+      h("label", "Max failure per wave", h("input", { name: "max_failure", value: "5%" })),
+      h("label", "Bake after each wave", h("input", { name: "bake", value: "10m" }))),
+    h("label", "Gates (one per line, e.g. p95_latency <= 1.2x)", h("textarea", { name: "gates", rows: 3 })),
+    h("div.row.checks",
+      h("label", h("input", { type: "checkbox", name: "shadow" }), "Shadow run (compare against the old model first)"),
+      h("label", h("input", { type: "checkbox", name: "allow_downgrade" }), "Allow downgrade")),
+    h("div.actions",
+      h("button#preview", { type: "button", onclick: () => submit(true) }, "Preview (dry run)"),
+      h("button.primary#start", { type: "button", onclick: () => submit(false) }, "Start rollout")));
+  fill(main, h("p", h("a", { href: "#/rollouts" }, "← Rollouts")), h("h1", "New rollout"), form, plan);
+
+  async function submit(dryRun) {
+    const data = new FormData(form);
+    const body = {
+      packages: data.getAll("packages").map(String),
+      selector: String(data.get("selector") || "all").trim(),
+      waves: String(data.get("waves") || "").trim(),
+      max_failure: String(data.get("max_failure") || "").trim(),
+      bake: String(data.get("bake") || "").trim(),
+      gates: String(data.get("gates") || "").split("\n").map((g) => g.trim()).filter(Boolean),
+      shadow: data.get("shadow") === "on",
+      allow_downgrade: data.get("allow_downgrade") === "on",
+      dry_run: dryRun,
+    };
+    if (!body.packages.length) {
+      ctx.flash("Choose at least one package.");
+      return;
+    }
+    ctx.flash("");
+    try {
+      const result = await ctx.api("/rollouts", { method: "POST", body });
+      if (dryRun) drawPlan(plan, result);
+      else ctx.go(`#/rollouts/${encodeURIComponent(result.id || result.rollout_id)}`);
+    } catch (err) {
+      ctx.flash(err.message);
+    }
+  }
+  return {};
+}
+
+function drawPlan(el, result) {
+  const p = result.plan || result;
+  const waves = p.waves || [];
+  fill(el, h("section.panel",
+    h("h2", "Plan (dry run: nothing recorded)"),
+    h("table",
+      h("thead", h("tr", h("th", "Wave"), h("th", "Devices"))),
+      h("tbody", waves.map((w, i) => h("tr", h("td", w.wave ?? i + 1),
+        h("td.wrap", Array.isArray(w.devices) ? `${w.devices.length}: ${w.devices.slice(0, 12).join(", ")}${w.devices.length > 12 ? " …" : ""}`
+          : String(w.count ?? w.devices ?? "")))))),
+    (p.skipped || []).length ? h("p.muted", `Skipped: ${p.skipped.map((s) => `${s.device_id} (${s.reason})`).join("; ")}`) : null));
+}
