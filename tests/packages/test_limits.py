@@ -145,6 +145,6 @@ def test_a_sparse_payload_of_exactly_the_signed_size_is_refused_as_sparse(tmp_pa
     forged = sparse_tar(tmp_path / "forged.edgepkg", {"envelope.json": envelope}, "payload.tar", signed)
     work = tmp_path / "work"
     work.mkdir()
-    with pytest.raises(PackageError, match="payload.tar is sparse"):
+    with pytest.raises(PackageError, match=r"payload\.tar is sparse"):
         open_package(forged, work, lambda _envelope: signed)
     assert list(work.iterdir()) == []
