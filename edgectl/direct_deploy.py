@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, sign
 from agent.protocol.messages import Command, DesiredModel, DesiredState, DeviceEvent
 from agent.transport import Message, MqttTransport
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
+from edgectl.artifacts.urls import urls_for
 from edgectl.package import Package
 from edgectl.sequence import next_sequence
 
@@ -51,12 +52,14 @@ class DeviceProgress:
 
 
 def signed_desired(key: Ed25519PrivateKey, device_id: str, deployment_id: str, package: Package | None,
-                   allow_downgrade: bool = False, shadow_min: float | None = None) -> bytes:
+                   allow_downgrade: bool = False, shadow_min: float | None = None, urls: Sequence[str] = ()) -> bytes:
     """A signed desired state for one device; ``package`` None means: keep what you have.
 
-    ``shadow_min``: run the new model beside the serving one first and cut over only at this agreement."""
+    ``shadow_min``: run the new model beside the serving one first and cut over only at this agreement.
+    ``urls``: where the device may fetch the payload by HTTP(S) Range before asking for MQTT chunks."""
     now = time.time()
-    model = None if package is None else DesiredModel(package.manifest.name, package.manifest.version, package.envelope)
+    model = None if package is None else DesiredModel(package.manifest.name, package.manifest.version, package.envelope,
+                                                      tuple(urls))
     options: dict[str, Any] = {"allow_downgrade": allow_downgrade}
     if shadow_min is not None:
         options["shadow"] = {"min_agreement": shadow_min}
@@ -80,13 +83,13 @@ def publish_desired(transport: MqttTransport, key: Ed25519PrivateKey, device_id:
 
 
 def publish_desired_all(transport: MqttTransport, key: Ed25519PrivateKey, device_ids: list[str], deployment_id: str,
-                        package: Package, allow_downgrade: bool = False) -> None:
+                        package: Package, allow_downgrade: bool = False, urls: Sequence[str] = ()) -> None:
     """Publish every device's signed desired state, then wait once for the broker's acks.
 
     A broker acknowledges the QoS 1 publishes of one connection in the order it received them, so
     the ack of the last one stands for all: no round trip per device."""
     for n, device_id in enumerate(device_ids):
-        envelope = signed_desired(key, device_id, deployment_id, package, allow_downgrade)
+        envelope = signed_desired(key, device_id, deployment_id, package, allow_downgrade, urls=urls)
         wait = 10.0 if n == len(device_ids) - 1 else None
         if not transport.publish(topics.device(device_id, "desired"), envelope, qos=1, retain=True, wait=wait):
             what = f"the desired state for {device_id}" if wait is None else f"the desired states of {len(device_ids)} device(s)"
@@ -103,11 +106,13 @@ def deploy_to_devices(
     on_progress: Callable[[DeviceProgress], None] = lambda _p: None,
     allow_downgrade: bool = False,
     server: ArtifactServer | None = None,
+    artifact_urls: Sequence[str] = (),
 ) -> tuple[str, dict[str, DeviceProgress]]:
     """Returns the deployment id and each device's final progress.
 
     ``server``: a started ArtifactServer on ``transport`` to answer chunk requests with (its owner
-    reads its counters and stops it); by default one is started and stopped for this deployment."""
+    reads its counters and stops it); by default one is started and stopped for this deployment.
+    ``artifact_urls``: HTTP(S) URLs of the payload (``{artifact_id}`` filled in) named in each desired state."""
     deployment_id = new_deployment_id()
     progress = {d: DeviceProgress(d) for d in device_ids}
     own = server is None
@@ -119,7 +124,8 @@ def deploy_to_devices(
         server.start()
     transport.subscribe(topics.device("+", "events"), 1)
     try:
-        publish_desired_all(transport, key, device_ids, deployment_id, package, allow_downgrade)
+        publish_desired_all(transport, key, device_ids, deployment_id, package, allow_downgrade,
+                            urls_for(artifact_urls, m.artifact_id))
         _follow(inbox, server, m.artifact_id, deployment_id, progress, timeout_s, on_progress)
     finally:
         if own:

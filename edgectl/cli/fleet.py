@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from agent.errors import OperationFailed, UserError
 from agent.protocol.topics import validate_id
 from agent.transport import Message, MqttTransport
+from edgectl.artifacts.urls import check_artifact_urls
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.cli.rollout import fleet_deploy
@@ -50,6 +51,9 @@ def deploy(
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds to wait for every device (default from config: 600)."),
     allow_downgrade: bool = typer.Option(
         False, "--allow-downgrade", help="Let devices install a lower version than they committed."),
+    artifact_url: list[str] = typer.Option(
+        [], "--artifact-url", help="HTTP(S) URL devices fetch the payload from by Range before MQTT chunks (repeatable, "
+        "tried in order; {artifact_id} is replaced by each package's payload sha256; see `edgectl artifacts`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
     """Deploy a model: directly to --device IDs, or as a staged rollout to a --fleet selector.
@@ -59,12 +63,14 @@ def deploy(
     if bool(device) == bool(fleet):
         raise UserError("give either --device ID... (direct) or --fleet SELECTOR (staged rollout)")
     if fleet is not None:
-        request = FleetRequest(artifacts, fleet, waves, max_failure, bake, gate, shadow, allow_downgrade, dry_run)
+        request = FleetRequest(artifacts, fleet, waves, max_failure, bake, gate, shadow, allow_downgrade, dry_run,
+                               artifact_urls=artifact_url)
         fleet_deploy(ctx, request, wait, as_json)
         return
     if len(artifacts) != 1:
         raise UserError("--device deploys one package; give several only with --fleet")
     artifact = artifacts[0]
+    urls = check_artifact_urls(artifact_url, 1)
     for d in device:
         validate_id(d)
     opts = options(ctx)
@@ -79,7 +85,7 @@ def deploy(
         transport = open_transport(opts.broker, config, inbox)
         try:
             deployment_id, results = _run_with_progress(transport, inbox, package, device, timeout or config.deploy.timeout_s,
-                                                        allow_downgrade, show=not as_json)
+                                                        allow_downgrade, show=not as_json, urls=urls)
         finally:
             transport.close()
     rows = [{"device_id": p.device_id, "status": p.status, "state": p.state, "detail": p.detail,
@@ -95,10 +101,12 @@ def deploy(
 
 
 def _run_with_progress(transport: MqttTransport, inbox: queue.Queue[Message], package: Package, devices: list[str],
-                       timeout: float, allow_downgrade: bool, show: bool) -> tuple[str, dict[str, DeviceProgress]]:
+                       timeout: float, allow_downgrade: bool, show: bool,
+                       urls: tuple[str, ...] = ()) -> tuple[str, dict[str, DeviceProgress]]:
     key = Keyring().signing_key("controller")
     if not show:
-        return deploy_to_devices(transport, inbox, package, devices, key, timeout, allow_downgrade=allow_downgrade)
+        return deploy_to_devices(transport, inbox, package, devices, key, timeout, allow_downgrade=allow_downgrade,
+                                 artifact_urls=urls)
     with Progress(TextColumn("{task.description:<24}"), BarColumn(), TextColumn("{task.fields[state]}"), console=console) as bar:
         tasks = {d: bar.add_task(d, total=len(STEPS), state="waiting") for d in devices}
 
@@ -107,7 +115,7 @@ def _run_with_progress(transport: MqttTransport, inbox: queue.Queue[Message], pa
             label = p.state if not p.done else p.status
             bar.update(tasks[p.device_id], completed=len(STEPS) if p.status == "ok" else step, state=label)
 
-        return deploy_to_devices(transport, inbox, package, devices, key, timeout, update, allow_downgrade)
+        return deploy_to_devices(transport, inbox, package, devices, key, timeout, update, allow_downgrade, artifact_urls=urls)
 
 
 @app.command()

@@ -23,6 +23,7 @@ from agent.protocol.envelope import TrustedKeys
 from agent.protocol.messages import DeviceEvent
 from agent.transport import Message, Transport, TransportFactory
 from edgectl.artifact_server import ArtifactServer, ServedArtifact
+from edgectl.artifacts.urls import urls_for
 from edgectl.controller.engine import Engine
 from edgectl.controller.inbox import Drops, Inbox, InboxLimits
 from edgectl.controller.records import ACTIVE, RolloutDevice, RolloutRow, RolloutStatus
@@ -91,8 +92,9 @@ class Controller:
 
     def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> bytes:
         package = None if cancel else self._package(rollout, row.variant)
+        urls = () if package is None else urls_for(rollout.spec.artifact_urls, package.manifest.artifact_id)
         payload = signed_desired(self.key, row.device_id, rollout.id, package, rollout.spec.allow_downgrade,
-                                 None if cancel else shadow_threshold(rollout, row))
+                                 None if cancel else shadow_threshold(rollout, row), urls)
         self.send(row.device_id, "desired", payload)
         return payload
 

@@ -28,6 +28,7 @@ class RolloutOptions:
     shadow: bool = False
     allow_downgrade: bool = False
     wave_timeout_s: float = 600.0
+    artifact_urls: tuple[str, ...] = ()  # checked by edgectl.artifacts.urls.check_artifact_urls
 
 
 def _gates(options: RolloutOptions) -> tuple[list[str], float]:
@@ -52,7 +53,8 @@ def rollout_spec(store: Store, plan: Plan, options: RolloutOptions) -> RolloutSp
                                    m.payload.size))
     gates, silence_s = _gates(options)
     return RolloutSpec(options.selector, tuple(packages), plan.waves, options.max_failure, options.bake_s, tuple(gates),
-                       silence_s, options.shadow, options.allow_downgrade, options.wave_timeout_s)
+                       silence_s, options.shadow, options.allow_downgrade, options.wave_timeout_s,
+                       artifact_urls=options.artifact_urls)
 
 
 def submit_rollout(store: Store, plan: Plan, options: RolloutOptions) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import NotFoundError, OperationFailed, UserError
+from edgectl.artifacts.urls import check_artifact_urls
 from edgectl.config import EdgectlConfig
 from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
 from edgectl.controller.lifecycle import REQUESTS
@@ -48,6 +49,7 @@ class FleetRequest:
     shadow: bool = False
     allow_downgrade: bool = False
     dry_run: bool = False
+    artifact_urls: Sequence[str] = field(default_factory=tuple)  # --artifact-url, repeatable
 
 
 def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOptions:
@@ -59,7 +61,8 @@ def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOpti
     if request.shadow and not any("agreement" in g for g in gates):
         gates.append(SHADOW_GATE)
     max_failure, bake_s = parse_rate(request.max_failure, "--max-failure"), parse_duration(request.bake, "--bake")
-    return RolloutOptions(request.selector, max_failure, bake_s, gates, request.shadow, request.allow_downgrade, wave_timeout_s)
+    return RolloutOptions(request.selector, max_failure, bake_s, gates, request.shadow, request.allow_downgrade, wave_timeout_s,
+                          artifact_urls=check_artifact_urls(request.artifact_urls, len(request.artifacts)))
 
 
 def check_downgrade(plan: Plan, devices: Sequence[dict[str, Any]], allow: bool) -> None:
