@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,6 +35,7 @@ from agent.backends import (
 )
 from agent.durable import atomic_write_json
 from agent.errors import EdgeError, ModelError, OperationFailed, VerificationError, one_line
+from agent.footprint import footprint_mb
 from agent.hardware import Hardware
 from agent.protocol.package import sha256_file
 from agent.tensors import TOLERANCES, compare_outputs, model_precision, synthetic_feeds
@@ -264,20 +264,20 @@ def _measure(
             return figures, None
         if progress:
             progress(f"timing {len(active)} backend(s) in interleaved blocks for about {budget_s:g} s")
-        result = _time(active, figures, feeds, budget_s, progress)
-        for (_, index), timing in zip(active, result.timings, strict=True):
+        result = _time(model_path, active, figures, feeds, budget_s, progress, registry)
+        for slot, ((_, index), timing) in enumerate(zip(active, result.timings, strict=True)):
             ms = np.array(timing.samples) * 1000.0
             figures[index] = replace(figures[index], runs=len(ms), median_ms=round(float(np.median(ms)), 4),
-                                     p95_ms=round(float(np.percentile(ms, 95)), 4))
+                                     p95_ms=round(float(np.percentile(ms, 95)), 4), memory_mb=result.memory_mb.get(slot))
     finally:
         for runner, _ in active:
             runner.close()
     return figures, result.decision
 
 
-def _time(active: list[tuple[Runner, int]], figures: list[Figure], feeds: dict[str, np.ndarray], budget_s: float,
-          progress: Callable[[str], None] | None) -> Contest:
-    """The contest between the active runners, timed on the real runtimes."""
+def _time(model_path: Path, active: list[tuple[Runner, int]], figures: list[Figure], feeds: dict[str, np.ndarray],
+          budget_s: float, progress: Callable[[str], None] | None, registry: BackendRegistry | None) -> Contest:
+    """The contest between the active runners, timed on the real runtimes; memory measured in a child if a tie asks."""
 
     def run_block(index: int, runs: int) -> list[float]:
         runner = active[index][0]
@@ -290,9 +290,15 @@ def _time(active: list[tuple[Runner, int]], figures: list[Figure], feeds: dict[s
             times.append(time.perf_counter() - start)
         return times
 
+    def memory(index: int) -> float | None:
+        if registry is not None:  # the child process only knows the process-wide registry
+            return None
+        if progress:
+            progress(f"tie: measuring the memory of {figures[active[index][1]].backend}")
+        return footprint_mb(figures[active[index][1]].candidate, model_path, feeds)
+
     names = [figures[index].backend for _, index in active]
-    memory = [figures[index].memory_mb for _, index in active]
-    return contest(names, run_block, budget_s=budget_s, memory_mb=memory, progress=progress)
+    return contest(names, run_block, budget_s=budget_s, memory=memory, progress=progress)
 
 
 def _reference(
@@ -326,7 +332,7 @@ def _qualify(
         return replace(fig, status=Status.REJECTED, reason=why), None
     runner = cand.open(model_path, registry)
     try:
-        rss_before, start = _rss_mb(), time.perf_counter()
+        start = time.perf_counter()
         runner.activate()
         placement = runner.placement
         fig = replace(fig, load_ms=round((time.perf_counter() - start) * 1000, 2), placement=placement)
@@ -334,9 +340,6 @@ def _qualify(
             runner.close()
             return replace(fig, status=Status.REJECTED, reason=_fallback_reason(placement)), None
         check = compare_outputs(runner.infer(feeds), want, precision)
-        rss_after = _rss_mb()
-        if rss_before is not None and rss_after is not None:
-            fig = replace(fig, memory_mb=round(max(rss_after - rss_before, 0.0), 1))
         fig = replace(fig, max_rel_error=check.max_rel_error)
         if check.problem:
             runner.close()
@@ -351,15 +354,6 @@ def _fallback_reason(placement: Placement) -> str:
     taken = (placement.nodes or {}).get(placement.requested, 0)
     total = placement.total_nodes if placement.total_nodes is not None else "?"
     return f"{placement.requested} took {taken}/{total} nodes: it would run on {placement.effective}"
-
-
-def _rss_mb() -> float | None:
-    """This process's resident memory in MiB (Linux ``/proc``; None elsewhere): what loading a candidate adds."""
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _cache_key(sha: str, hardware: Hardware, candidates: Sequence[Candidate], registry: BackendRegistry | None) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
@@ -45,6 +45,7 @@ __all__ = [
 
 RunBlock = Callable[[int, int], Sequence[float]]  # (candidate index, runs) -> seconds of each counted run
 Clock = Callable[[], float]
+Memory = Callable[[int], "float | None"]  # candidate index -> MiB it takes (None: unknown); asked only to break a tie
 
 CONFIDENCE = 0.99  # two-sided; high because the contest looks at its interval after every round
 TIE_MARGIN = 0.05  # ratios within 1 +- 5% are the same speed
@@ -56,7 +57,7 @@ MAX_BLOCK_RUNS = 50
 P95_MARGIN = 0.05  # a tie goes to the lower p95 only when it is lower by more than this share
 P95_MIN_RUNS = 20  # ... and only from this many runs each (below, the p95 is the slowest run: one outlier)
 MEMORY_MARGIN = 0.10  # ... then to the lower memory when lower by more than this share
-MEMORY_FLOOR_MB = 1.0  # ... and by more than this many MiB
+MEMORY_FLOOR_MB = 4.0  # ... and by more than this many MiB
 
 
 @dataclass(frozen=True)
@@ -157,11 +158,12 @@ def _finite(value: float | None) -> float | None:
 
 @dataclass(frozen=True)
 class Contest:
-    """Every candidate's timing (in the order given) and the decision."""
+    """Every candidate's timing (in the order given), the decision, and the memory figures a tie asked for."""
 
     timings: tuple[Timing, ...]
     decision: Decision
     winner: int
+    memory_mb: Mapping[int, float | None] = field(default_factory=dict)
 
 
 def contest(
@@ -170,10 +172,13 @@ def contest(
     *,
     budget_s: float,
     clock: Clock = time.perf_counter,
-    memory_mb: Sequence[float | None] | None = None,
+    memory: Memory | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Contest:
-    """Time the candidates ``names`` (their order is the tie rule's fixed order) and decide."""
+    """Time the candidates ``names`` (their order is the tie rule's fixed order) and decide.
+
+    ``memory`` is asked only when a tie reaches the memory rule, and only for the tied candidates.
+    """
     if not names:
         raise ValueError("a contest needs at least one candidate")
     deadline = clock() + budget_s
@@ -200,7 +205,7 @@ def contest(
         if clock() >= deadline or rounds >= MAX_ROUNDS:
             break
     timings = tuple(Timing(tuple(s), dict(b)) for s, b in zip(samples, blocks, strict=True))
-    return _decide(names, timings, live, leader, rounds, memory_mb)
+    return _decide(names, timings, live, leader, rounds, memory)
 
 
 def _block_sizes(warmups: Sequence[Sequence[float]], budget_s: float) -> list[int]:
@@ -220,25 +225,31 @@ def _interval(blocks: Sequence[Mapping[int, float]], slow: int, fast: int) -> In
 
 
 def _decide(names: Sequence[str], timings: tuple[Timing, ...], live: list[int], leader: int, rounds: int,
-            memory_mb: Sequence[float | None] | None) -> Contest:
+            memory: Memory | None) -> Contest:
     blocks = [t.blocks for t in timings]
+    asked: dict[int, float | None] = {}
     if len(names) == 1:
         return Contest(timings, Decision(names[0], None, None, None, None, rounds, False, "only"), 0)
     if len(live) == 1:
         winner, rule, tie = leader, "faster", False
     else:
-        memory = list(memory_mb) if memory_mb is not None else [None] * len(names)
-        winner, rule = resolve_tie(live, timings, memory)
+
+        def memory_of(index: int) -> float | None:
+            if index not in asked:
+                asked[index] = memory(index) if memory is not None else None
+            return asked[index]
+
+        winner, rule = resolve_tie(live, timings, memory_of)
         tie = True
     others = [i for i in range(len(names)) if i != winner]
     runner_up = min(others, key=lambda i: _interval(blocks, i, winner).ratio)
     iv = _interval(blocks, runner_up, winner)
     ratio, low, high = (round(v, 4) if math.isfinite(v) else v for v in (iv.ratio, iv.low, iv.high))  # as cached
     decision = Decision(names[winner], names[runner_up], ratio, low, high, rounds, tie, rule)
-    return Contest(timings, decision, winner)
+    return Contest(timings, decision, winner, asked)
 
 
-def resolve_tie(tied: Sequence[int], timings: Sequence[Timing], memory_mb: Sequence[float | None]) -> tuple[int, str]:
+def resolve_tie(tied: Sequence[int], timings: Sequence[Timing], memory: Memory) -> tuple[int, str]:
     """The fixed rule for candidates equally fast: lower p95, then lower memory, then the first in order.
 
     Each step keeps the candidates within its margin of the best (so that noise in p95 or memory
@@ -251,10 +262,10 @@ def resolve_tie(tied: Sequence[int], timings: Sequence[Timing], memory_mb: Seque
         left = [i for i in left if timings[i].p95_s <= best_p95 * (1 + P95_MARGIN)]
         if len(left) == 1:
             return left[0], "p95"
-    known = [memory_mb[i] for i in left]
-    if all(m is not None for m in known):
-        best_mb = min(m for m in known if m is not None)
-        left = [i for i in left if (memory_mb[i] or 0.0) <= max(best_mb * (1 + MEMORY_MARGIN), best_mb + MEMORY_FLOOR_MB)]
+    known = {i: memory(i) for i in left}
+    if all(m is not None for m in known.values()):
+        best_mb = min(m for m in known.values() if m is not None)
+        left = [i for i in left if (known[i] or 0.0) <= max(best_mb * (1 + MEMORY_MARGIN), best_mb + MEMORY_FLOOR_MB)]
         if len(left) == 1:
             return left[0], "memory"
     return left[0], "order"

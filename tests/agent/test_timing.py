@@ -56,7 +56,8 @@ class FakeBench:
 
 def run(bench: FakeBench, names: Sequence[str] = ("a", "b"), budget_s: float = 5.0,
         memory_mb: Sequence[float | None] | None = None) -> Decision:
-    return contest(names, bench.run_block, budget_s=budget_s, clock=bench.clock, memory_mb=memory_mb).decision
+    memory = (lambda index: memory_mb[index]) if memory_mb is not None else None
+    return contest(names, bench.run_block, budget_s=budget_s, clock=bench.clock, memory=memory).decision
 
 
 def test_a_clearly_faster_backend_wins_beyond_the_noise_before_the_budget() -> None:
@@ -130,10 +131,26 @@ def test_a_single_candidate_is_timed_and_chosen() -> None:
 
 def test_tie_rule_without_enough_runs_skips_p95() -> None:
     few = Timing(tuple([0.01] * (P95_MIN_RUNS - 1)), {}), Timing(tuple([0.01] * (P95_MIN_RUNS - 2) + [0.05]), {})
-    assert resolve_tie([0, 1], few, [None, None]) == (0, "order")
+    assert resolve_tie([0, 1], few, lambda i: None) == (0, "order")
+    assert resolve_tie([0, 1], few, [80.0, 40.0].__getitem__) == (1, "memory")
+    assert resolve_tie([0, 1], few, [40.0, 42.0].__getitem__) == (0, "order")  # within 4 MiB: alike
     many = Timing(tuple([0.01] * 19 + [0.05]), {}), Timing(tuple([0.01] * 20), {})
-    assert resolve_tie([0, 1], many, [None, None]) == (1, "p95")
-    assert resolve_tie([1, 0], many[::-1], [5.0, 5.0]) == (0, "p95")
+    assert resolve_tie([0, 1], many, lambda i: None) == (1, "p95")
+    assert resolve_tie([1, 0], many[::-1], [5.0, 5.0].__getitem__) == (0, "p95")
+
+
+def test_memory_is_asked_only_for_a_tie_that_reaches_it() -> None:
+    asked: list[int] = []
+
+    def memory(index: int) -> float:
+        asked.append(index)
+        return 10.0
+
+    contest(["a", "b"], FakeBench([0.010, 0.0125]).run_block, budget_s=5.0, clock=FakeBench([]).clock, memory=memory)
+    assert asked == []
+    bench = FakeBench([0.010, 0.030, 0.010], noise=0.02)
+    result = contest(["a", "slow", "c"], bench.run_block, budget_s=5.0, clock=bench.clock, memory=memory)
+    assert result.decision.rule == "order" and sorted(asked) == [0, 2] and result.memory_mb == {0: 10.0, 2: 10.0}
 
 
 def test_interval_matches_student_t() -> None:
