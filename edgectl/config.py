@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ from agent.config import TlsSettings
 from agent.settings import load_settings
 from edgectl.home import edgectl_home
 
-__all__ = ["ControllerSettings", "EdgectlConfig", "load_edgectl_config"]
+__all__ = ["ApiSettings", "ControllerSettings", "EdgectlConfig", "RetentionSettings", "load_edgectl_config"]
 
 SEARCH = (Path("edgectl.yaml"), Path.home() / ".config" / "edgectl" / "edgectl.yaml")
 
@@ -23,14 +24,46 @@ class DeployDefaults:
 
 
 @dataclass(frozen=True)
-class ControllerSettings:
-    # The rollout store (SQLite file); None: $EDGECTL_HOME/controller.db. Relative paths are
-    # relative to the config file. `edgectl deploy --fleet`, `rollout ...` and `controller run`
-    # must all use the same one.
-    store: Path | None = None
+class RetentionSettings:
+    # Telemetry history the store keeps per device (0: no limit of that kind); docs/fleet.md.
+    latency_rows: int = 1000
+    events: int = 500
+    max_age_days: float = 30.0
 
-    def store_path(self) -> Path:
-        return self.store or edgectl_home() / "controller.db"
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    # The rollout store: a SQLite file (a path, sqlite:///relative or sqlite:////absolute) for one
+    # controller, or postgresql://... for replicas; None: $EDGECTL_HOME/controller.db. Relative
+    # paths are relative to the config file. `edgectl deploy --fleet`, `rollout ...` and
+    # `controller run` must all use the same one.
+    store: str | None = None
+    # The MQTT 5 shared-subscription group in which replicas on a postgresql:// store share
+    # telemetry ($share/<group>/...); empty: every replica receives every report.
+    share_group: str = "edgectl"
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+
+    def store_url(self) -> str:
+        return self.store or str(edgectl_home() / "controller.db")
+
+    def store_path(self) -> Path | None:
+        """The SQLite file of the store; None for a postgresql:// store."""
+        url = self.store_url()
+        if url.startswith("sqlite:///"):
+            return Path(url[len("sqlite:///"):])
+        return None if "://" in url else Path(url)
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    # The REST API and /metrics (`edgectl controller run --http ADDR`, `edgectl api serve`): HOST:PORT.
+    # Off loopback it needs tls_cert and tls_key, unless insecure: true. See docs/api.md.
+    listen: str = "127.0.0.1:8470"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure: bool = False
+    metrics_open: bool = False  # /metrics without a token (a Prometheus that cannot send one)
+    max_upload_mb: int = 1024
 
 
 @dataclass(frozen=True)
@@ -44,6 +77,7 @@ class EdgectlConfig:
     tls: TlsSettings = field(default_factory=TlsSettings)
     deploy: DeployDefaults = field(default_factory=DeployDefaults)
     controller: ControllerSettings = field(default_factory=ControllerSettings)
+    api: ApiSettings = field(default_factory=ApiSettings)
 
 
 def load_edgectl_config(path: Path | None) -> EdgectlConfig:
@@ -54,4 +88,17 @@ def load_edgectl_config(path: Path | None) -> EdgectlConfig:
         path = path.absolute()
     # These three select the file, broker and home directory; they are not config keys.
     environ = {k: v for k, v in os.environ.items() if k not in ("EDGECTL_CONFIG", "EDGECTL_BROKER", "EDGECTL_HOME")}
-    return load_settings(EdgectlConfig, path, "EDGECTL_", environ=environ)
+    config = load_settings(EdgectlConfig, path, "EDGECTL_", environ=environ)
+    return _absolute_store(config, path.parent if path is not None else Path.cwd())
+
+
+def _absolute_store(config: EdgectlConfig, base: Path) -> EdgectlConfig:
+    """A relative SQLite store path (plain or ``sqlite:///``) made relative to the config file."""
+    store = config.controller.store
+    if not store or ("://" in store and not store.startswith("sqlite:///")):
+        return config
+    prefix = "sqlite:///" if store.startswith("sqlite:///") else ""
+    path = Path(os.path.expanduser(store[len(prefix):]))
+    if path.is_absolute():
+        return config
+    return dataclasses.replace(config, controller=dataclasses.replace(config.controller, store=prefix + str(base / path)))

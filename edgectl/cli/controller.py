@@ -10,7 +10,7 @@ from edgectl.cli.app import app, options
 from edgectl.cli.output import console
 from edgectl.config import load_edgectl_config
 from edgectl.connection import checked_broker, controller_transports
-from edgectl.controller import SqliteStore
+from edgectl.controller.store import open_configured
 from edgectl.fleet import package_keys
 from edgectl.keys import Keyring
 
@@ -30,7 +30,7 @@ def controller_run(ctx: typer.Context) -> None:
     config = load_edgectl_config(opts.config)
     url = checked_broker(opts.broker, config)
     ring = Keyring()
-    store = SqliteStore(config.controller.store_path())
+    store = open_configured(config.controller)
     service = Controller(store, controller_transports(url, config), ring.signing_key("controller"), package_keys(ring))
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     console.print(f"controller: store {store.location()}, broker {url}")

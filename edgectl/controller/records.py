@@ -125,6 +125,7 @@ class RolloutSpec:
     shadow: bool = False
     allow_downgrade: bool = False
     wave_timeout_s: float = 600.0
+    max_per_minute: int = 0  # desired states sent per minute within a wave; 0: the whole wave at once
     artifact_urls: tuple[str, ...] = ()  # where devices may fetch payloads by HTTP(S) ({artifact_id} filled in)
 
     def package(self, variant: str) -> PackageRef:
@@ -138,7 +139,7 @@ class RolloutSpec:
         return {"selector": self.selector, "packages": [p.to_dict() for p in self.packages], "wave_count": self.wave_count,
                 "max_failure": self.max_failure, "bake_s": self.bake_s, "gates": list(self.gates), "silence_s": self.silence_s,
                 "shadow": self.shadow, "allow_downgrade": self.allow_downgrade, "wave_timeout_s": self.wave_timeout_s,
-                "artifact_urls": list(self.artifact_urls)}
+                "max_per_minute": self.max_per_minute, "artifact_urls": list(self.artifact_urls)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RolloutSpec:
@@ -148,6 +149,7 @@ class RolloutSpec:
             bake_s=float(d.get("bake_s", 0.0)), gates=tuple(str(g) for g in d.get("gates") or ()),
             silence_s=float(d.get("silence_s", 60.0)), shadow=bool(d.get("shadow", False)),
             allow_downgrade=bool(d.get("allow_downgrade", False)), wave_timeout_s=float(d.get("wave_timeout_s", 600.0)),
+            max_per_minute=int(d.get("max_per_minute", 0)),
             artifact_urls=tuple(str(u) for u in d.get("artifact_urls") or ()),
         )
 

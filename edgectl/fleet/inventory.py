@@ -10,7 +10,7 @@ from agent.transport import Message
 from edgectl.config import EdgectlConfig
 from edgectl.connection import open_transport
 from edgectl.controller.selector import parse_selector
-from edgectl.controller.store import SqliteStore, Store
+from edgectl.controller.store import Store, open_configured
 from edgectl.registry import DeviceRecord, collect_devices
 
 __all__ = ["device_detail", "fleet_devices", "open_store"]
@@ -18,10 +18,15 @@ __all__ = ["device_detail", "fleet_devices", "open_store"]
 
 def open_store(config: EdgectlConfig, must_exist: bool = True) -> Store:
     """The store named by the config's ``controller.store`` (default $EDGECTL_HOME/controller.db)."""
-    path = config.controller.store_path()
-    if must_exist and not path.exists():
+    path = config.controller.store_path()  # None: a database server, which exists or says why not
+    if must_exist and path is not None and not path.exists():
         raise NotFoundError(f"no controller store at {path}: deploy with --fleet first")
-    return SqliteStore(path)
+    return open_configured(config.controller)
+
+
+def _store_exists(config: EdgectlConfig) -> bool:
+    path = config.controller.store_path()
+    return path is None or path.exists()
 
 
 def fleet_devices(broker: str | None, config: EdgectlConfig, selector: str) -> list[dict[str, Any]]:
@@ -34,7 +39,7 @@ def fleet_devices(broker: str | None, config: EdgectlConfig, selector: str) -> l
     finally:
         transport.close()
     telemetry: dict[str, float | None] = {}
-    if config.controller.store_path().exists():
+    if _store_exists(config):
         for row in open_store(config).devices():
             records.setdefault(row.id, DeviceRecord.from_row(row))
             telemetry[row.id] = row.telemetry_ts

@@ -1,0 +1,68 @@
+"""The controller's store: devices, telemetry history, rollouts, per-device rollout rows, audit log.
+
+:class:`Store` (``protocol.py``) is the whole interface the controller, the fleet domain layer and
+the CLI use. :func:`open_url` picks the back-end from a URL:
+
+- a path, or ``sqlite:///relative/file.db`` / ``sqlite:////absolute/file.db`` (SQLAlchemy's form):
+  :class:`SqliteStore`, the default, one controller;
+- ``postgresql://user@host:port/db`` (any libpq connection string): :class:`PostgresStore`, several
+  controller replicas with one engine leader (:mod:`edgectl.controller.leader`).
+
+Both migrate their schema on open (``migrations.py``) and keep telemetry history within a
+:class:`Retention`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agent.errors import ConfigError
+from edgectl.controller.records import DeviceRow, RolloutDevice, RolloutRow
+from edgectl.controller.store.migrations import LATEST
+from edgectl.controller.store.protocol import DAY_S, Lease, Retention, Store
+from edgectl.controller.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from edgectl.config import ControllerSettings
+
+__all__ = ["LATEST", "DeviceRow", "Lease", "Retention", "RolloutDevice", "RolloutRow", "SqliteStore", "Store", "is_url",
+           "open_configured", "open_url", "sqlite_path"]
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_url(value: str) -> bool:
+    return "://" in value
+
+
+def sqlite_path(value: str) -> Path | None:
+    """The file of a SQLite store (a path or ``sqlite:///...``); None for another engine's URL."""
+    if value.startswith("sqlite:///"):
+        return Path(value[len("sqlite:///"):])
+    if value.startswith(POSTGRES_SCHEMES):
+        return None
+    if is_url(value):
+        scheme = value.split("://", 1)[0]
+        raise ConfigError(f"controller.store: unknown store URL scheme {scheme!r} (use a path, sqlite:///PATH or postgresql://...)")
+    return Path(value)
+
+
+def open_url(url: str, retention: Retention | None = None, packages_dir: Path | None = None) -> Store:
+    """The store at ``url``, migrated to this edgectl's schema. ``packages_dir``: the PostgreSQL store's package cache."""
+    path = sqlite_path(url)
+    if path is not None:
+        return SqliteStore(path, retention)
+    from edgectl.controller.store.postgres import PostgresStore
+
+    if packages_dir is None:
+        from edgectl.home import edgectl_home
+
+        packages_dir = edgectl_home() / "packages"
+    return PostgresStore(url, packages_dir, retention)
+
+
+def open_configured(settings: ControllerSettings) -> Store:
+    """The store the config names (``controller.store``, ``controller.retention``)."""
+    keep = settings.retention
+    return open_url(settings.store_url(), Retention(keep.latency_rows, keep.events, keep.max_age_days * DAY_S))

@@ -1,0 +1,142 @@
+"""Numbered schema migrations, one list for both engines (each step has SQLite and PostgreSQL text).
+
+``schema_migrations`` records each applied step. A SQLite file written by edgectl 0.1 (its tables,
+no ``schema_migrations``) is version 1 and migrates in place, rows kept. A store newer than this
+edgectl is refused, naming both versions. Migrations run in one transaction under a lock
+(SQLite ``BEGIN IMMEDIATE``, a PostgreSQL advisory transaction lock), so replicas starting together
+migrate once. Never edit a released step: add the next one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.errors import ConfigError
+
+__all__ = ["LATEST", "MIGRATIONS", "Migration", "migrate"]
+
+MIGRATE_LOCK = 0x65646765637401  # pg_advisory_xact_lock key while migrating ("edgect" + 1)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sqlite: str
+    postgres: str
+
+
+# Version 1 is the schema edgectl 0.1 created (SQLite only); PostgreSQL gets the same tables with
+# a serial id on the append-only ones (SQLite has its rowid).
+V1_SQLITE = """
+CREATE TABLE IF NOT EXISTS devices(
+    id TEXT PRIMARY KEY, online INTEGER, last_seen REAL, birth TEXT, state TEXT,
+    telemetry TEXT, telemetry_ts REAL);
+CREATE TABLE IF NOT EXISTS latency(
+    device_id TEXT, ts REAL, model TEXT, version INTEGER, p95_ms REAL, source TEXT);
+CREATE INDEX IF NOT EXISTS latency_device ON latency(device_id, model, version, ts);
+CREATE TABLE IF NOT EXISTS events(
+    device_id TEXT, ts REAL, deployment_id TEXT, state TEXT, status TEXT, detail TEXT, data TEXT);
+CREATE INDEX IF NOT EXISTS events_device ON events(device_id, ts);
+CREATE TABLE IF NOT EXISTS rollouts(
+    id TEXT PRIMARY KEY, created REAL, status TEXT, spec TEXT, wave INTEGER, phase TEXT,
+    phase_since REAL, reason TEXT, updated REAL);
+CREATE TABLE IF NOT EXISTS rollout_devices(
+    rollout_id TEXT, device_id TEXT, wave INTEGER, variant TEXT, status TEXT, state TEXT,
+    detail TEXT, data TEXT, desired BLOB, previous TEXT, installed_at REAL, updated REAL,
+    PRIMARY KEY(rollout_id, device_id));
+CREATE INDEX IF NOT EXISTS rollout_devices_device ON rollout_devices(device_id);
+CREATE TABLE IF NOT EXISTS audit(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, actor TEXT, rollout_id TEXT, device_id TEXT,
+    action TEXT, detail TEXT);
+CREATE TABLE IF NOT EXISTS requests(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, rollout_id TEXT, action TEXT, done INTEGER DEFAULT 0);
+"""
+
+V1_POSTGRES = """
+CREATE TABLE IF NOT EXISTS devices(
+    id TEXT PRIMARY KEY, online INTEGER, last_seen DOUBLE PRECISION, birth TEXT, state TEXT,
+    telemetry TEXT, telemetry_ts DOUBLE PRECISION);
+CREATE TABLE IF NOT EXISTS latency(
+    id BIGSERIAL PRIMARY KEY, device_id TEXT, ts DOUBLE PRECISION, model TEXT, version INTEGER,
+    p95_ms DOUBLE PRECISION, source TEXT);
+CREATE INDEX IF NOT EXISTS latency_device ON latency(device_id, model, version, ts);
+CREATE TABLE IF NOT EXISTS events(
+    id BIGSERIAL PRIMARY KEY, device_id TEXT, ts DOUBLE PRECISION, deployment_id TEXT, state TEXT,
+    status TEXT, detail TEXT, data TEXT);
+CREATE INDEX IF NOT EXISTS events_device ON events(device_id, ts);
+CREATE TABLE IF NOT EXISTS rollouts(
+    id TEXT PRIMARY KEY, created DOUBLE PRECISION, status TEXT, spec TEXT, wave INTEGER, phase TEXT,
+    phase_since DOUBLE PRECISION, reason TEXT, updated DOUBLE PRECISION);
+CREATE TABLE IF NOT EXISTS rollout_devices(
+    rollout_id TEXT, device_id TEXT, wave INTEGER, variant TEXT, status TEXT, state TEXT,
+    detail TEXT, data TEXT, desired BYTEA, previous TEXT, installed_at DOUBLE PRECISION,
+    updated DOUBLE PRECISION, PRIMARY KEY(rollout_id, device_id));
+CREATE INDEX IF NOT EXISTS rollout_devices_device ON rollout_devices(device_id);
+CREATE TABLE IF NOT EXISTS audit(
+    id BIGSERIAL PRIMARY KEY, ts DOUBLE PRECISION, actor TEXT, rollout_id TEXT, device_id TEXT,
+    action TEXT, detail TEXT);
+CREATE TABLE IF NOT EXISTS requests(
+    id BIGSERIAL PRIMARY KEY, ts DOUBLE PRECISION, rollout_id TEXT, action TEXT, done INTEGER DEFAULT 0);
+CREATE TABLE IF NOT EXISTS package_files(variant TEXT PRIMARY KEY, data BYTEA, size BIGINT);
+"""
+
+# Version 2: the device's own time of each kept report (order-tolerant upserts), events kept once
+# and marked when an engine leader applied them, indexes for retention.
+V2 = """
+ALTER TABLE devices ADD COLUMN presence_at {real};
+ALTER TABLE devices ADD COLUMN birth_at {real};
+ALTER TABLE devices ADD COLUMN state_at {real};
+ALTER TABLE devices ADD COLUMN telemetry_at {real};
+ALTER TABLE events ADD COLUMN claimed INTEGER DEFAULT 1;
+{dedupe}
+CREATE UNIQUE INDEX IF NOT EXISTS events_once ON events(device_id, ts, deployment_id, state, status);
+CREATE INDEX IF NOT EXISTS events_unclaimed ON events(claimed, ts);
+CREATE INDEX IF NOT EXISTS latency_age ON latency(device_id, ts);
+"""
+DEDUPE_SQLITE = ("DELETE FROM events WHERE rowid NOT IN "
+                 "(SELECT MIN(rowid) FROM events GROUP BY device_id, ts, deployment_id, state, status);")
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "the edgectl 0.1 schema", V1_SQLITE, V1_POSTGRES),
+    Migration(2, "report times, events once, retention indexes",
+              V2.format(real="REAL", dedupe=DEDUPE_SQLITE), V2.format(real="DOUBLE PRECISION", dedupe="")),
+)
+LATEST = MIGRATIONS[-1].version
+
+Execute = Callable[[str, Sequence[Any]], list[Any]]
+
+
+def statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def migrate(execute: Execute, dialect: str, where: str) -> tuple[int, int]:
+    """Bring the schema to :data:`LATEST` inside the caller's locked transaction; return (before, after)."""
+    execute("CREATE TABLE IF NOT EXISTS schema_migrations(version INTEGER PRIMARY KEY, name TEXT, applied "
+            + ("REAL" if dialect == "sqlite" else "DOUBLE PRECISION") + ")", ())
+    rows = execute("SELECT MAX(version) AS v FROM schema_migrations", ())
+    current = rows[0]["v"] if rows and rows[0]["v"] is not None else _unversioned(execute, dialect)
+    if current > LATEST:
+        raise ConfigError(f"store {where} has schema version {current}; this edgectl knows up to {LATEST}: upgrade edgectl")
+    for step in MIGRATIONS[current:]:
+        for sql in statements(step.sqlite if dialect == "sqlite" else step.postgres):
+            execute(sql, ())
+        execute("INSERT INTO schema_migrations(version, name, applied) VALUES (?, ?, ?)", (step.version, step.name, time.time()))
+    return current, LATEST
+
+
+def _unversioned(execute: Execute, dialect: str) -> int:
+    """0 for an empty store; 1 for tables edgectl 0.1 made before migrations were recorded."""
+    if dialect == "sqlite":
+        found = execute("SELECT name FROM sqlite_master WHERE type='table' AND name='devices'", ())
+    else:
+        found = execute("SELECT tablename FROM pg_tables WHERE schemaname=current_schema() AND tablename='devices'", ())
+    if not found:
+        return 0
+    execute("INSERT INTO schema_migrations(version, name, applied) VALUES (?, ?, ?)",
+            (1, MIGRATIONS[0].name + " (found in place)", time.time()))
+    return 1

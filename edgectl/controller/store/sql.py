@@ -1,0 +1,284 @@
+"""The queries both back-ends share: written once with ``?`` placeholders and standard upserts.
+
+A back-end supplies :meth:`SqlStore._execute` (``at_once``: device observations and events, which
+PostgreSQL writes at once on a second connection so that replicas never wait on each other's
+batches), its row id column, ``batch``, ``close``, ``lease`` and where packages are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any
+
+from edgectl.controller.records import (
+    AuditEntry,
+    DeviceEventRow,
+    DeviceRow,
+    DeviceStatus,
+    LatencyPoint,
+    ModelRef,
+    Phase,
+    RolloutDevice,
+    RolloutRow,
+    RolloutSpec,
+    RolloutStatus,
+)
+from edgectl.controller.store.protocol import DEVICE_FIELDS, GUARDED, Retention
+
+__all__ = ["SqlStore"]
+
+ROLLOUT_COLUMNS = ("id", "created", "status", "spec", "wave", "phase", "phase_since", "reason", "updated")
+ROW_COLUMNS = ("rollout_id", "device_id", "wave", "variant", "status", "state", "detail", "data", "desired", "previous",
+               "installed_at", "updated")
+EVENT_KEY = "device_id=? AND ts=? AND deployment_id=? AND state=? AND status=?"
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
+    updates = ", ".join(f"{c}=excluded.{c}" for c in columns if c not in key)
+    return (f"INSERT INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {updates}")
+
+
+class SqlStore:
+    """Everything but connections; subclasses set ``rowid`` and implement the hooks below."""
+
+    rowid = "rowid"
+
+    def __init__(self, retention: Retention | None) -> None:
+        self.retention = retention or Retention()
+        self._touched: set[str] = set()
+        self._touched_lock = threading.Lock()
+        self._prune_at = time.monotonic() + self.retention.every_s
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    def _execute(self, sql: str, args: Sequence[Any] = (), at_once: bool = False) -> Any:
+        """Run one statement (``?`` placeholders); return the cursor. ``at_once``: outside any batch."""
+        raise NotImplementedError
+
+    def batch(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        cursor = self._execute(sql, args)
+        return list(cursor.fetchall()) if cursor.description is not None else []
+
+    # -- devices ----------------------------------------------------------------------------------
+
+    def upsert_device(self, device_id: str, **fields: Any) -> None:
+        unknown = set(fields) - set(DEVICE_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown device field {sorted(unknown)[0]}")
+        values = {k: dumps(v) if isinstance(v, dict) else v for k, v in fields.items()}
+        self._execute("INSERT INTO devices(id) VALUES (?) ON CONFLICT(id) DO NOTHING", (device_id,), at_once=True)
+        plain = dict(values)
+        for guard, columns in GUARDED.items():
+            if guard not in values:
+                continue
+            group = {c: plain.pop(c) for c in columns if c in plain}
+            group[guard] = plain.pop(guard)
+            sets = ", ".join(f"{c}=?" for c in group)
+            self._execute(f"UPDATE devices SET {sets} WHERE id=? AND ({guard} IS NULL OR {guard}<=?)",
+                          (*group.values(), device_id, group[guard]), at_once=True)
+        if plain:
+            sets = ", ".join(f"{c}=?" for c in plain)
+            self._execute(f"UPDATE devices SET {sets} WHERE id=?", (*plain.values(), device_id), at_once=True)
+
+    def devices(self) -> list[DeviceRow]:
+        return [self._device(r) for r in self._all("SELECT * FROM devices ORDER BY id")]
+
+    def device(self, device_id: str) -> DeviceRow | None:
+        rows = self._all("SELECT * FROM devices WHERE id=?", (device_id,))
+        return self._device(rows[0]) if rows else None
+
+    @staticmethod
+    def _device(r: Any) -> DeviceRow:
+        return DeviceRow(
+            r["id"], None if r["online"] is None else bool(r["online"]), r["last_seen"],
+            json.loads(r["birth"] or "{}"), json.loads(r["state"] or "{}"),
+            json.loads(r["telemetry"] or "{}"), r["telemetry_ts"],
+        )
+
+    def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float) -> None:
+        self._execute("INSERT INTO latency(device_id, ts, model, version, p95_ms, source) VALUES (?,?,?,?,?,?)",
+                      (device_id, ts, model, version, p95_ms, source))
+        self._written(device_id)
+
+    def latency(self, device_id: str, model: str | None = None, version: int | None = None,
+                since: float = 0.0, limit: int = 500) -> list[LatencyPoint]:
+        sql = "SELECT * FROM latency WHERE device_id=? AND ts>=?"
+        args: list[Any] = [device_id, since]
+        if model is not None:
+            sql, args = sql + " AND model=?", [*args, model]
+        if version is not None:
+            sql, args = sql + " AND version=?", [*args, version]
+        rows = self._all(sql + f" ORDER BY ts DESC, {self.rowid} DESC LIMIT ?", (*args, limit))
+        return [LatencyPoint(r["device_id"], r["ts"], r["model"], r["version"], r["p95_ms"], r["source"]) for r in reversed(rows)]
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str,
+                  data: dict[str, Any]) -> None:
+        self._execute("INSERT INTO events(device_id, ts, deployment_id, state, status, detail, data, claimed) "
+                      "VALUES (?,?,?,?,?,?,?,0) ON CONFLICT DO NOTHING",
+                      (device_id, ts, deployment_id, state, status, detail, dumps(data)), at_once=True)
+        self._written(device_id)
+
+    def claim_event(self, event: DeviceEventRow) -> bool:
+        cursor = self._execute(f"UPDATE events SET claimed=1 WHERE {EVENT_KEY} AND claimed=0",
+                               (event.device_id, event.ts, event.deployment_id, event.state, event.status))
+        return bool(cursor.rowcount == 1)
+
+    def unclaimed_events(self, limit: int = 1000) -> list[DeviceEventRow]:
+        rows = self._all(f"SELECT * FROM events WHERE claimed=0 ORDER BY ts, {self.rowid} LIMIT ?", (limit,))
+        return [self._event(r) for r in rows]
+
+    def events(self, device_id: str, limit: int = 20) -> list[DeviceEventRow]:
+        rows = self._all(f"SELECT * FROM events WHERE device_id=? ORDER BY ts DESC, {self.rowid} DESC LIMIT ?",
+                         (device_id, limit))
+        return [self._event(r) for r in reversed(rows)]
+
+    @staticmethod
+    def _event(r: Any) -> DeviceEventRow:
+        return DeviceEventRow(r["device_id"], r["ts"], r["deployment_id"], r["state"], r["status"], r["detail"],
+                              json.loads(r["data"] or "{}"))
+
+    # -- retention --------------------------------------------------------------------------------
+
+    def _written(self, device_id: str) -> None:
+        with self._touched_lock:
+            self._touched.add(device_id)
+            due = time.monotonic() >= self._prune_at
+        if due:
+            self._prune(self._take_touched(), time.time())
+
+    def _take_touched(self) -> set[str]:
+        with self._touched_lock:
+            touched, self._touched = self._touched, set()
+            self._prune_at = time.monotonic() + self.retention.every_s
+        return touched
+
+    def prune(self, now: float | None = None) -> int:
+        self._take_touched()
+        ids = {r["device_id"] for r in self._all("SELECT DISTINCT device_id FROM latency")}
+        ids |= {r["device_id"] for r in self._all("SELECT DISTINCT device_id FROM events")}
+        return self._prune(ids, time.time() if now is None else now)
+
+    def _prune(self, device_ids: Iterable[str], now: float) -> int:
+        """Keep the newest rows per device within the counts, and none older than the age limit."""
+        keep, gone = self.retention, 0
+        with self.batch():
+            for device_id in sorted(device_ids):
+                for table, limit, extra in (("latency", keep.latency_rows, ""), ("events", keep.events, " AND claimed=1")):
+                    if limit > 0:
+                        gone += self._execute(
+                            f"DELETE FROM {table} WHERE device_id=?{extra} AND ts < (SELECT ts FROM {table} "
+                            f"WHERE device_id=? ORDER BY ts DESC LIMIT 1 OFFSET ?)", (device_id, device_id, limit - 1)).rowcount
+            if keep.max_age_s > 0:
+                gone += self._execute("DELETE FROM latency WHERE ts < ?", (now - keep.max_age_s,)).rowcount
+                gone += self._execute("DELETE FROM events WHERE ts < ? AND claimed=1", (now - keep.max_age_s,)).rowcount
+        return int(gone)
+
+    # -- rollouts ---------------------------------------------------------------------------------
+
+    def create_rollout(self, rollout: RolloutRow, devices: Iterable[RolloutDevice]) -> None:
+        with self.batch():
+            self.save_rollout(rollout)
+            for row in devices:
+                self.save_rollout_device(row)
+
+    def save_rollout(self, rollout: RolloutRow) -> None:
+        rollout.updated = time.time()
+        self._execute(_upsert("rollouts", ROLLOUT_COLUMNS, ("id",)),
+                      (rollout.id, rollout.created, rollout.status.value, dumps(rollout.spec.to_dict()), rollout.wave,
+                       rollout.phase.value, rollout.phase_since, rollout.reason, rollout.updated))
+
+    def rollout(self, rollout_id: str) -> RolloutRow | None:
+        rows = self._all("SELECT * FROM rollouts WHERE id=?", (rollout_id,))
+        return self._rollout(rows[0]) if rows else None
+
+    def rollouts(self, statuses: Iterable[RolloutStatus] | None = None) -> list[RolloutRow]:
+        wanted = None if statuses is None else {RolloutStatus(s).value for s in statuses}
+        rows = self._all("SELECT * FROM rollouts ORDER BY created")
+        return [self._rollout(r) for r in rows if wanted is None or r["status"] in wanted]
+
+    @staticmethod
+    def _rollout(r: Any) -> RolloutRow:
+        return RolloutRow(r["id"], r["created"], RolloutStatus(r["status"]), RolloutSpec.from_dict(json.loads(r["spec"])),
+                          r["wave"], Phase(r["phase"]), r["phase_since"], r["reason"], r["updated"])
+
+    def rollout_devices(self, rollout_id: str) -> list[RolloutDevice]:
+        rows = self._all("SELECT * FROM rollout_devices WHERE rollout_id=? ORDER BY wave, device_id", (rollout_id,))
+        return [self._rollout_device(r) for r in rows]
+
+    def device_rollouts(self, device_id: str) -> list[RolloutDevice]:
+        """One device's rows in every rollout, oldest rollout first."""
+        rows = self._all("SELECT d.* FROM rollout_devices d JOIN rollouts r ON r.id = d.rollout_id "
+                         "WHERE d.device_id=? ORDER BY r.created", (device_id,))
+        return [self._rollout_device(r) for r in rows]
+
+    @staticmethod
+    def _rollout_device(r: Any) -> RolloutDevice:
+        desired = r["desired"]
+        return RolloutDevice(r["rollout_id"], r["device_id"], r["wave"], r["variant"], DeviceStatus(r["status"]),
+                             r["state"] or "", r["detail"] or "", json.loads(r["data"] or "{}"),
+                             None if desired is None else bytes(desired),
+                             ModelRef.from_dict(json.loads(r["previous"] or "{}")), r["installed_at"], r["updated"])
+
+    def save_rollout_device(self, row: RolloutDevice) -> None:
+        row.updated = time.time()
+        self._execute(_upsert("rollout_devices", ROW_COLUMNS, ("rollout_id", "device_id")),
+                      (row.rollout_id, row.device_id, row.wave, row.variant, row.status.value, row.state, row.detail,
+                       dumps(row.data), row.desired, dumps(row.previous.to_dict()), row.installed_at, row.updated))
+
+    # -- audit and requests -----------------------------------------------------------------------
+
+    def audit(self, action: str, detail: str = "", rollout_id: str = "", device_id: str = "", actor: str = "controller") -> None:
+        self._execute("INSERT INTO audit(ts, actor, rollout_id, device_id, action, detail) VALUES (?,?,?,?,?,?)",
+                      (time.time(), actor, rollout_id, device_id, action, detail))
+
+    def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[AuditEntry]:
+        sql = "SELECT * FROM audit WHERE 1=1"
+        args: list[Any] = []
+        if rollout_id:
+            sql, args = sql + " AND rollout_id=?", [*args, rollout_id]
+        if device_id:
+            sql, args = sql + " AND device_id=?", [*args, device_id]
+        rows = self._all(sql + " ORDER BY id DESC LIMIT ?", (*args, limit))
+        return [AuditEntry(r["id"], r["ts"], r["actor"], r["rollout_id"] or "", r["device_id"] or "", r["action"],
+                           r["detail"] or "") for r in reversed(rows)]
+
+    def request(self, rollout_id: str, action: str) -> None:
+        """Queue an operator action (pause, resume, abort, retry-failed) for the controller."""
+        self._execute("INSERT INTO requests(ts, rollout_id, action) VALUES (?,?,?)", (time.time(), rollout_id, action))
+
+    def take_requests(self) -> list[tuple[str, str]]:
+        with self.batch():
+            rows = self._all("SELECT id, rollout_id, action FROM requests WHERE done=0 ORDER BY id")
+            for r in rows:
+                self._execute("UPDATE requests SET done=1 WHERE id=?", (r["id"],))
+        return [(r["rollout_id"], r["action"]) for r in rows]
+
+
+class Batch(AbstractContextManager[None]):
+    """One transaction around a ``with`` block; a nested batch joins the outer one."""
+
+    def __init__(self, begin: str, in_transaction: bool, execute: Any) -> None:
+        self.begin, self.outer, self.execute = begin, not in_transaction, execute
+
+    def __enter__(self) -> None:
+        if self.outer:
+            self.execute(self.begin)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self.outer:
+            self.execute("ROLLBACK" if exc_type else "COMMIT")
