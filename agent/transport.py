@@ -199,6 +199,7 @@ class MqttTransport:
         self._keepalive = keepalive
         self._max_inflight = max_inflight
         self._subs: dict[str, int] = {}
+        self._sub_mids: dict[int, str] = {}  # SUBSCRIBEs awaiting their SUBACK
         self._lock = threading.Lock()
         self._connected = threading.Event()
         self._closed = threading.Event()
@@ -232,6 +233,7 @@ class MqttTransport:
         client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
+        client.on_subscribe = self._on_subscribe
         return client
 
     def connect(self, timeout: float = 10.0) -> None:
@@ -317,7 +319,7 @@ class MqttTransport:
         with self._lock:
             subs = list(self._subs.items())
         for topic, qos in subs:
-            client.subscribe(topic, qos)
+            self._send_subscribe(client, topic, qos)
         self._connected.set()
         if self._hook is not None:
             self._hook()
@@ -354,13 +356,36 @@ class MqttTransport:
     def _on_message(self, _c: mqtt.Client, _u: Any, msg: mqtt.MQTTMessage) -> None:
         self._inbox.put(Message(msg.topic, bytes(msg.payload), bool(msg.retain)))
 
+    def _on_subscribe(self, _c: mqtt.Client, _u: Any, mid: int, reasons: list[Any], _p: Any) -> None:
+        """A refused subscription is retried: a cluster node refuses while its JetStream elects a leader."""
+        with self._lock:
+            topic = self._sub_mids.pop(mid, None)
+        if topic is None or not any(getattr(r, "is_failure", False) for r in reasons):
+            return
+        log.warning("broker refused the subscription to %s (%s); retrying", topic, reasons[0])
+        retry = threading.Timer(random.uniform(0.5, 1.5), self._retry_subscribe, (topic,))
+        retry.daemon = True
+        retry.start()
+
+    def _retry_subscribe(self, topic: str) -> None:
+        with self._lock:
+            qos = self._subs.get(topic)
+        if qos is not None and self._connected.is_set():  # else the next connect subscribes anyway
+            self._send_subscribe(self._client, topic, qos)
+
+    def _send_subscribe(self, client: mqtt.Client, topic: str, qos: int) -> None:
+        with self._lock:  # held until the mid is recorded, so that its SUBACK cannot be handled first
+            result, mid = client.subscribe(topic, qos)
+            if result == MQTTErrorCode.MQTT_ERR_SUCCESS and mid is not None:
+                self._sub_mids[mid] = topic
+
     # -- operations ---------------------------------------------------------------------------
 
     def subscribe(self, topic: str, qos: int = 1) -> None:
         with self._lock:
             self._subs[topic] = qos
         if self._connected.is_set():
-            self._client.subscribe(topic, qos)
+            self._send_subscribe(self._client, topic, qos)
 
     def unsubscribe(self, topic: str) -> None:
         with self._lock:
