@@ -19,7 +19,9 @@ app.add_typer(controller_app, name="controller")
 
 
 @controller_app.command("run")
-def controller_run(ctx: typer.Context) -> None:
+def controller_run(ctx: typer.Context,
+                   http: str | None = typer.Option(None, "--http", help="Also serve the REST API, /metrics and the console "
+                                                   "on HOST:PORT (e.g. 127.0.0.1:8470; docs/api.md).")) -> None:
     """Ingest device reports and drive every rollout in the store until SIGTERM/Ctrl-C.
 
     Safe to kill and restart at any point: it continues each rollout from the store
@@ -34,7 +36,16 @@ def controller_run(ctx: typer.Context) -> None:
     service = Controller(store, controller_transports(url, config), ring.signing_key("controller"), package_keys(ring))
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     console.print(f"controller: store {store.location()}, broker {url}")
+    api = None
+    if http is not None:
+        from edgectl.api import start_api
+
+        api = start_api(store, config, http, controller=service)
+        console.print(f"api: {api.url}/api/v1 (console {api.url}/console/)")
     try:
         service.run()
     except KeyboardInterrupt:
         service.stop()
+    finally:
+        if api is not None:
+            api.stop()

@@ -13,6 +13,7 @@ from agent.errors import EdgeError, InternalError
 
 # Command modules register themselves on `app` when imported.
 from edgectl.cli import (
+    access,  # noqa: F401  (users, tokens, api serve)
     analysis,  # noqa: F401  (targets, inspect, partition)
     artifacts,  # noqa: F401  (artifacts serve|publish)
     broker,  # noqa: F401  (broker)

@@ -185,6 +185,11 @@ class Engine(Reports):
                 self._set(rollout, row, D.FAILED, f"silent for {fact.silent_s:.0f}s after install")
         return [gate.check(facts) for gate in parse_gates(rollout.spec.gates)]
 
+    def gate_values(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> list[GateResult]:
+        """The gates measured now over ``rows``, as :meth:`check_gates` does, changing nothing (for status views)."""
+        facts = [self._facts(rollout, r) for r in rows]
+        return [gate.check(facts) for gate in parse_gates(rollout.spec.gates)]
+
     def _shadow_verdict(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> str | None:
         """Canaries report their shadow run before cut-over: a failing agreement gate halts the wave at once."""
         if not rollout.spec.shadow:

@@ -57,8 +57,8 @@ def rollout_spec(store: Store, plan: Plan, options: RolloutOptions) -> RolloutSp
                        artifact_urls=options.artifact_urls)
 
 
-def submit_rollout(store: Store, plan: Plan, options: RolloutOptions) -> str:
-    """Keep the packages, record the rollout and its devices; return its id."""
+def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str = "operator") -> str:
+    """Keep the packages, record the rollout and its devices; return its id (audited as ``actor``)."""
     rollout_id = f"r-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     spec = rollout_spec(store, plan, options)
     status = RolloutStatus.RUNNING if plan.waves else RolloutStatus.DONE
@@ -67,5 +67,5 @@ def submit_rollout(store: Store, plan: Plan, options: RolloutOptions) -> str:
     rows += [RolloutDevice(rollout_id, d.device_id, 0, "", DeviceStatus.SKIPPED, detail=d.reason) for d in plan.skipped]
     store.create_rollout(rollout, rows)
     store.audit("rollout created", f"{len(plan.devices)} device(s) in {plan.waves} wave(s), {len(plan.skipped)} skipped; "
-                f"gates: {'; '.join(spec.gates)}", rollout_id, actor="operator")
+                f"gates: {'; '.join(spec.gates)}", rollout_id, actor=actor)
     return rollout_id

@@ -6,13 +6,15 @@ handler does the same with JSON. Errors are :mod:`agent.errors` exceptions with 
 
 from __future__ import annotations
 
-from edgectl.fleet.inventory import device_detail, fleet_devices, open_store
-from edgectl.fleet.packages import load_package, package_keys
+from edgectl.fleet.inventory import device_detail, device_page, fleet_devices, fleet_summary, open_store, store_devices
+from edgectl.fleet.packages import load_package, package_keys, upload_package
+from edgectl.fleet.progress import rollout_gates, rollout_status, rollout_waves
 from edgectl.fleet.rollouts import (
     FleetRequest,
     check_done,
     check_downgrade,
     deploy_fleet,
+    deploy_uploaded,
     plan_fleet_rollout,
     request_action,
     rollout_options,
@@ -25,14 +27,22 @@ __all__ = [
     "check_done",
     "check_downgrade",
     "deploy_fleet",
+    "deploy_uploaded",
     "device_detail",
+    "device_page",
     "fleet_devices",
+    "fleet_summary",
     "load_package",
     "open_store",
     "package_keys",
     "plan_fleet_rollout",
     "request_action",
+    "rollout_gates",
     "rollout_options",
+    "rollout_status",
     "rollout_summary",
+    "rollout_waves",
+    "store_devices",
+    "upload_package",
     "wait_rollout",
 ]

@@ -5,15 +5,18 @@ from __future__ import annotations
 import queue
 from typing import Any
 
-from agent.errors import NotFoundError
+from agent.errors import NotFoundError, UserError
 from agent.transport import Message
 from edgectl.config import EdgectlConfig
 from edgectl.connection import open_transport
-from edgectl.controller.selector import parse_selector
+from edgectl.controller.queries import DeviceQuery
+from edgectl.controller.records import DeviceRow
+from edgectl.controller.selector import FIELDS, parse_selector
 from edgectl.controller.store import Store, open_configured
+from edgectl.controller.store_console import console_store
 from edgectl.registry import DeviceRecord, collect_devices
 
-__all__ = ["device_detail", "fleet_devices", "open_store"]
+__all__ = ["device_detail", "device_page", "fleet_devices", "fleet_summary", "open_store", "store_devices"]
 
 
 def open_store(config: EdgectlConfig, must_exist: bool = True) -> Store:
@@ -59,3 +62,40 @@ def device_detail(store: Store, device_id: str) -> dict[str, Any]:
             "events": [e.to_dict() for e in store.events(device_id)],
             "latency": [p.to_dict() for p in store.latency(device_id, limit=200)],
             "audit": [a.to_dict() for a in store.audit_log(device_id=device_id, limit=50)]}
+
+
+def store_devices(store: Store, selector: str) -> list[dict[str, Any]]:
+    """Devices from the controller store (what it ingested from the broker), filtered by ``selector``."""
+    chosen = parse_selector(selector)
+    rows = [_summary(row) for row in store.devices()]
+    chosen.check_keys(rows)
+    return [r for r in rows if chosen.matches(r)]
+
+
+def device_page(store: Store, query: DeviceQuery) -> dict[str, Any]:
+    """One page of the store's devices matching ``query``, with the total; a selector key that is neither
+    a field nor any device's tag is a UserError, as with ``edgectl devices --selector``."""
+    console = console_store(store)
+    page = console.device_page(query)
+    if page.total == 0:
+        tags = console.device_tag_keys()
+        unknown = [k for k, _ in query.terms if k not in FIELDS and k not in tags]
+        if unknown:
+            raise UserError(f"selector: unknown key {unknown[0]!r} (known: {', '.join([*FIELDS, *sorted(tags)])})")
+    return {"total": page.total, "limit": query.limit, "offset": query.offset, "devices": [_summary(r) for r in page.rows]}
+
+
+def fleet_summary(store: Store) -> dict[str, Any]:
+    """Device counts: total, by presence, by target, by active model (``name@version``, ``none``)."""
+    console = console_store(store)
+    by_status: dict[str, int] = {}
+    by_target: dict[str, int] = {}
+    for (target, status), n in console.device_counts().items():
+        by_status[status] = by_status.get(status, 0) + n
+        by_target[target or "unknown"] = by_target.get(target or "unknown", 0) + n
+    by_model = {f"{name}@{version}" if name else "none": n for (name, version), n in console.device_models().items()}
+    return {"total": sum(by_status.values()), "by_status": by_status, "by_target": by_target, "by_model": by_model}
+
+
+def _summary(row: DeviceRow) -> dict[str, Any]:
+    return {**DeviceRecord.from_row(row).to_dict(), "last_telemetry": row.telemetry_ts}

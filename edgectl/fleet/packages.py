@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import tempfile
+import time
 from pathlib import Path
 
 from agent.errors import UserError
 from agent.protocol.envelope import TrustedKeys, load_public_key
 from agent.protocol.manifest import TargetInfo
+from edgectl.controller.planner import variant_id, variant_label
+from edgectl.controller.queries import UploadedPackage
+from edgectl.controller.records import PackageRef
+from edgectl.controller.store import Store
+from edgectl.controller.store_console import console_store
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
 
-__all__ = ["load_package", "package_keys"]
+__all__ = ["load_package", "package_keys", "upload_package"]
 
 
 def package_keys(ring: Keyring) -> TrustedKeys:
@@ -28,3 +35,16 @@ def load_package(path: Path, name: str | None, version: int | None, workdir: Pat
     out = workdir / f"{name}-{version}.edgepkg"
     build_package(path, BuildOptions(name, version, TargetInfo("any"), chunk_size=chunk_size), ring.signing_key("package"), out)
     return read_package(out, TrustedKeys([ring.signing_key("package").public_key()]), workdir)
+
+
+def upload_package(store: Store, path: Path, trusted: TrustedKeys, actor: str, max_bytes: int | None = None) -> UploadedPackage:
+    """Check a signed ``.edgepkg`` against ``trusted`` as a device would, keep it for rollouts, list it; never signs."""
+    with tempfile.TemporaryDirectory(prefix="edgectl-upload-") as tmp:
+        package = read_package(path, trusted, Path(tmp), max_bytes)
+    variant, m = variant_id(package), package.manifest
+    kept = store.keep_package(variant, path)
+    ref = PackageRef(variant, m.artifact_id, m.name, m.version, m.target.name, variant_label(package), str(kept), m.payload.size)
+    uploaded = UploadedPackage(ref, time.time(), actor)
+    console_store(store).save_package(uploaded)
+    store.audit("package uploaded", f"{ref.label} v{ref.version} for {ref.target}, variant {variant[:12]}", actor=actor)
+    return uploaded

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import NotFoundError, OperationFailed, UserError
+from agent.protocol.envelope import TrustedKeys
 from edgectl.artifacts.urls import check_artifact_urls
 from edgectl.config import EdgectlConfig
 from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
@@ -18,14 +19,16 @@ from edgectl.controller.planner import Plan, parse_waves, plan_rollout
 from edgectl.controller.records import FINAL, DeviceStatus, RolloutStatus
 from edgectl.controller.store import Store
 from edgectl.controller.submit import RolloutOptions, submit_rollout
-from edgectl.fleet.inventory import fleet_devices, open_store
+from edgectl.fleet.inventory import fleet_devices, open_store, store_devices
 from edgectl.fleet.packages import load_package
+from edgectl.package import Package, read_package
 
 __all__ = [
     "FleetRequest",
     "check_done",
     "check_downgrade",
     "deploy_fleet",
+    "deploy_uploaded",
     "plan_fleet_rollout",
     "request_action",
     "rollout_options",
@@ -91,14 +94,33 @@ def deploy_fleet(request: FleetRequest, broker: str | None, config: EdgectlConfi
     """Plan the rollout and, unless a dry run, record it for the controller: (plan, rollout id or None)."""
     options = rollout_options(request, config.deploy.timeout_s)
     with tempfile.TemporaryDirectory(prefix="edgectl-fleet-") as tmp:
-        packages = []
-        for i, path in enumerate(request.artifacts):
-            (Path(tmp) / str(i)).mkdir()
-            packages.append(load_package(path, None, None, Path(tmp) / str(i)))
-        plan = plan_fleet_rollout(request, options, packages, fleet_devices(broker, config, request.selector))
-        if request.dry_run:
-            return plan, None
-        return plan, submit_rollout(open_store(config, must_exist=False), plan, options)
+        packages = [load_package(path, None, None, _workdir(tmp, i)) for i, path in enumerate(request.artifacts)]
+        devices = fleet_devices(broker, config, request.selector)
+        return _record(request, options, packages, devices, lambda: open_store(config, must_exist=False), "operator")
+
+
+def deploy_uploaded(request: FleetRequest, store: Store, trusted: TrustedKeys, wave_timeout_s: float,
+                    actor: str) -> tuple[Plan, str | None]:
+    """``deploy_fleet`` for the REST API: packages already uploaded (kept files, checked again against
+    ``trusted``), devices from the controller store; the rollout audited as ``actor``."""
+    options = rollout_options(request, wave_timeout_s)
+    with tempfile.TemporaryDirectory(prefix="edgectl-fleet-") as tmp:
+        packages = [read_package(path, trusted, _workdir(tmp, i)) for i, path in enumerate(request.artifacts)]
+        return _record(request, options, packages, store_devices(store, request.selector), lambda: store, actor)
+
+
+def _workdir(tmp: str, i: int) -> Path:
+    path = Path(tmp) / str(i)
+    path.mkdir()
+    return path
+
+
+def _record(request: FleetRequest, options: RolloutOptions, packages: Sequence[Package], devices: Sequence[dict[str, Any]],
+            store: Callable[[], Store], actor: str) -> tuple[Plan, str | None]:
+    plan = plan_fleet_rollout(request, options, packages, devices)
+    if request.dry_run:
+        return plan, None
+    return plan, submit_rollout(store(), plan, options, actor)
 
 
 def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:

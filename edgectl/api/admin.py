@@ -1,0 +1,88 @@
+"""``/api/v1/me``, ``/users``, ``/tokens``, ``/audit``, ``/health``: who is calling, accounts, the audit log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgectl.api.accounts import parse_role
+from edgectl.api.context import ApiContext
+from edgectl.api.router import Param, Request, Response, Route
+from edgectl.controller.accounts import ROLES, Role
+
+__all__ = ["admin_routes"]
+
+DAY_S = 86400.0
+USER_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["name", "role"],
+    "properties": {"name": {"type": "string", "minLength": 1}, "role": {"type": "string", "enum": [r.value for r in ROLES]}},
+}
+TOKEN_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["user"],
+    "properties": {"user": {"type": "string", "minLength": 1}, "name": {"type": "string"},
+                   "expires_days": {"type": "number", "minimum": 0.001, "description": "Lifetime; none: no expiry."}},
+}
+AUDIT_PARAMS = (
+    Param("rollout_id", "string", "Only entries about this rollout."),
+    Param("device_id", "string", "Only entries about this device."),
+    Param("limit", "integer", "Newest entries to return (oldest first).", minimum=1, maximum=100_000, default=200),
+)
+
+
+def admin_routes(ctx: ApiContext) -> list[Route]:
+    accounts = ctx.accounts
+
+    def health(_request: Request) -> Response:
+        return Response(200, {"status": "ok"})
+
+    def me(request: Request) -> Response:
+        assert request.principal is not None
+        p = request.principal
+        return Response(200, {"user": p.user, "role": p.role.value, "token_id": p.token_id})
+
+    def audit(request: Request) -> Response:
+        v = request.values
+        with ctx.timer.time("audit_log"):
+            entries = ctx.store.audit_log(v["rollout_id"], v["device_id"], v["limit"])
+        return Response(200, {"entries": [e.to_dict() for e in entries]})
+
+    def users(_request: Request) -> Response:
+        return Response(200, {"users": [u.to_dict() for u in accounts.users()]})
+
+    def add_user(request: Request) -> Response:
+        body = request.values["body"]
+        return Response(201, accounts.add_user(body["name"], parse_role(body["role"]), request.actor).to_dict())
+
+    def remove_user(request: Request) -> Response:
+        accounts.remove_user(request.path_params["name"], request.actor)
+        return Response(200, {"removed": request.path_params["name"]})
+
+    def tokens(request: Request) -> Response:
+        return Response(200, {"tokens": [t.to_dict() for t in accounts.tokens(request.values["user"])]})
+
+    def create_token(request: Request) -> Response:
+        body = request.values["body"]
+        days = body.get("expires_days")
+        row, token = accounts.create_token(body["user"], body.get("name", ""), days * DAY_S if days else None, request.actor)
+        return Response(201, {**row.to_dict(), "token": token})
+
+    def revoke_token(request: Request) -> Response:
+        accounts.revoke_token(request.path_params["token_id"], request.actor)
+        return Response(200, {"revoked": request.path_params["token_id"]})
+
+    return [
+        Route("GET", "/api/v1/health", None, "Liveness (no token needed).", health, tag="meta"),
+        Route("GET", "/api/v1/me", Role.VIEWER, "The caller: user, role and token id.", me, tag="meta"),
+        Route("GET", "/api/v1/audit", Role.VIEWER, "The audit log: operator actions (with their actor), controller "
+              "decisions, device transitions.", audit, AUDIT_PARAMS, tag="audit"),
+        Route("GET", "/api/v1/users", Role.ADMIN, "List users.", users, tag="access"),
+        Route("POST", "/api/v1/users", Role.ADMIN, "Add a user with a role.", add_user, body=USER_SCHEMA,
+              responses={201: "Added", 400: "Bad body or the name is taken"}, tag="access"),
+        Route("DELETE", "/api/v1/users/{name}", Role.ADMIN, "Remove a user and revoke its tokens.", remove_user,
+              responses={200: "Removed", 404: "No such user"}, tag="access"),
+        Route("GET", "/api/v1/tokens", Role.ADMIN, "List tokens (never their secret).", tokens,
+              (Param("user", "string", "Only this user's tokens."),), tag="access"),
+        Route("POST", "/api/v1/tokens", Role.ADMIN, "Create a token for a user; the answer holds it, once.", create_token,
+              body=TOKEN_SCHEMA, responses={201: "Created", 404: "No such user"}, tag="access"),
+        Route("DELETE", "/api/v1/tokens/{token_id}", Role.ADMIN, "Revoke a token.", revoke_token,
+              responses={200: "Revoked", 404: "No such active token"}, tag="access"),
+    ]

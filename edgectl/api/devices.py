@@ -1,0 +1,74 @@
+"""``/api/v1/devices``: the fleet, filtered and paged in the store; one device with its history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.errors import UserError
+from edgectl.api.context import ApiContext
+from edgectl.api.router import ApiError, Param, Request, Response, Route
+from edgectl.controller.accounts import Role
+from edgectl.controller.queries import DeviceQuery
+from edgectl.controller.selector import parse_selector
+from edgectl.fleet import device_detail, device_page, fleet_summary
+
+__all__ = ["device_routes"]
+
+LIST_PARAMS = (
+    Param("status", "string", "Presence.", enum=("online", "offline", "unknown")),
+    Param("target", "string", "Target profile (a trailing * matches a prefix)."),
+    Param("model", "string", "Active model name (a trailing * matches a prefix)."),
+    Param("version", "integer", "Active model version.", minimum=0),
+    Param("tag", "string", "Tag filter KEY=VALUE (repeatable).", repeat=True),
+    Param("selector", "string", "A selector as `edgectl devices --selector` takes it: k=v[,k=v], keys id, target, "
+          "model, status, agent or tag keys."),
+    Param("q", "string", "Text found in the id, target, model or tags."),
+    Param("limit", "integer", "Page size.", minimum=1, maximum=1000, default=100),
+    Param("offset", "integer", "Devices to skip.", minimum=0, default=0),
+)
+
+
+def device_query(values: dict[str, Any]) -> DeviceQuery:
+    """The store query of a device list request; 400 naming the parameter at fault."""
+    try:
+        terms = list(parse_selector(values["selector"] or "").terms)
+    except UserError as exc:
+        raise ApiError(400, str(exc), "selector") from None
+    for key in ("status", "target", "model"):
+        if values[key]:
+            terms.append((key, values[key]))
+    for tag in values["tag"]:
+        key, sep, value = tag.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ApiError(400, f"query parameter 'tag': {tag!r} is not KEY=VALUE", "tag")
+        terms.append((key.strip(), value.strip()))
+    return DeviceQuery(tuple(terms), values["version"], values["q"] or "", values["limit"], values["offset"])
+
+
+def device_routes(ctx: ApiContext) -> list[Route]:
+    def list_devices(request: Request) -> Response:
+        query = device_query(request.values)
+        with ctx.timer.time("device_page"):
+            return Response(200, device_page(ctx.store, query))
+
+    def show_device(request: Request) -> Response:
+        device_id = request.path_params["device_id"]
+        with ctx.timer.time("device_detail"):
+            detail = device_detail(ctx.store, device_id)
+            detail["rollouts"] = [{"rollout_id": r.rollout_id, "wave": r.wave, "status": r.status.value, "state": r.state,
+                                   "detail": r.detail} for r in ctx.store.device_rollouts(device_id)]
+        return Response(200, detail)
+
+    def summary(_request: Request) -> Response:
+        with ctx.timer.time("fleet_summary"):
+            return Response(200, fleet_summary(ctx.store))
+
+    return [
+        Route("GET", "/api/v1/fleet/summary", Role.VIEWER, "Device counts: total, by presence, target and model@version.",
+              summary, tag="devices"),
+        Route("GET", "/api/v1/devices", Role.VIEWER, "List devices (filtered and paged in the store).", list_devices,
+              LIST_PARAMS, tag="devices"),
+        Route("GET", "/api/v1/devices/{device_id}", Role.VIEWER,
+              "One device: record, hardware, latest telemetry, events, latency history, rollouts, audit.", show_device,
+              responses={200: "OK", 404: "No such device"}, tag="devices"),
+    ]

@@ -1,0 +1,86 @@
+"""The OpenAPI 3.0 document, generated from the route table (so it lists exactly the routes served)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agent import __version__
+from edgectl.api.router import Param, Route
+
+__all__ = ["openapi_document"]
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["status", "message"], "properties": {
+        "status": {"type": "integer"}, "message": {"type": "string"},
+        "field": {"type": "string", "description": "The body field or query parameter at fault (400)."}}}},
+}
+AUTH_RESPONSES = {"401": "Missing, unknown, revoked or expired token", "403": "The token's role may not call this"}
+
+
+def _param(p: Param) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": p.type}
+    for key, value in (("minimum", p.minimum), ("maximum", p.maximum), ("default", p.default)):
+        if value is not None:
+            schema[key] = value
+    if p.enum:
+        schema["enum"] = list(p.enum)
+    if p.repeat:
+        schema = {"type": "array", "items": schema}
+    return {"name": p.name, "in": "query", "required": False, "description": p.description, "schema": schema,
+            **({"style": "form", "explode": True} if p.repeat else {})}
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    role = route.role.value if route.role else None
+    operation: dict[str, Any] = {
+        "operationId": route.method.lower() + "_" + re.sub(r"[^A-Za-z0-9]+", "_", route.path.removeprefix("/api/v1")).strip("_"),
+        "summary": route.summary,
+        "description": f"Role: {role} or above." if role else "No token needed.",
+        "tags": [route.tag] if route.tag else [],
+        "parameters": [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in route.path_names]
+                      + [_param(p) for p in route.params],
+        "responses": {str(code): _response(route, code, text) for code, text in route.responses.items()},
+        "security": [{"bearer": []}] if route.role else [],
+        "x-role": role,
+    }
+    if route.role:
+        operation["responses"].update({code: _error(text) for code, text in AUTH_RESPONSES.items()})
+    if route.body is not None:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": route.body}}}
+        operation["responses"].setdefault("400", _error("Bad body (the message and `field` name what is wrong)"))
+    if route.upload is not None:
+        binary = {"schema": {"type": "string", "format": "binary"}}
+        operation["requestBody"] = {"required": True, "content": {route.upload: binary}}
+    return operation
+
+
+def _response(route: Route, code: int, text: str) -> dict[str, Any]:
+    if code >= 400:
+        return _error(text)
+    if route.path == "/metrics":
+        return {"description": text, "content": {"text/plain": {"schema": {"type": "string"}}}}
+    return {"description": text, "content": {"application/json": {"schema": {"type": "object"}}}}
+
+
+def _error(text: str) -> dict[str, Any]:
+    return {"description": text, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def openapi_document(routes: list[Route]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "edgectl controller API", "version": __version__,
+                 "description": "Devices, packages, rollouts and the audit log of an edgectl fleet (docs/api.md). "
+                                "Send `Authorization: Bearer <token>` (`edgectl tokens create`). Roles: viewer reads, "
+                                "operator also uploads packages and steers rollouts, admin also manages users and tokens. "
+                                "Every error is JSON: {\"error\": {\"status\", \"message\", \"field\"?}}."},
+        "servers": [{"url": "/"}],
+        "paths": paths,
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+                       "schemas": {"Error": ERROR_SCHEMA}},
+    }

@@ -1,0 +1,34 @@
+"""``/api/v1/packages``: upload a signed ``.edgepkg`` (verified against the trusted keys; never signed here), list them."""
+
+from __future__ import annotations
+
+from agent.errors import VerificationError
+from edgectl.api.context import ApiContext
+from edgectl.api.router import ApiError, Request, Response, Route
+from edgectl.controller.accounts import Role
+from edgectl.fleet import upload_package
+
+__all__ = ["package_routes"]
+
+
+def package_routes(ctx: ApiContext) -> list[Route]:
+    def list_packages(_request: Request) -> Response:
+        with ctx.timer.time("packages"):
+            return Response(200, {"packages": [p.to_dict() for p in ctx.console.packages()]})
+
+    def upload(request: Request) -> Response:
+        assert request.upload is not None  # the server streams an upload route's body to a file
+        try:
+            uploaded = upload_package(ctx.store, request.upload, ctx.trusted(), request.actor, ctx.max_upload_bytes)
+        except VerificationError as exc:
+            raise ApiError(422, str(exc)) from None
+        return Response(201, uploaded.to_dict())
+
+    return [
+        Route("GET", "/api/v1/packages", Role.VIEWER, "List uploaded packages.", list_packages, tag="packages"),
+        Route("POST", "/api/v1/packages", Role.OPERATOR,
+              "Upload a signed .edgepkg (the raw file as the body); it is verified with the trusted package keys.", upload,
+              upload="application/octet-stream",
+              responses={201: "Verified and kept", 400: "Not a package, or malformed", 413: "Over the upload limit",
+                         422: "Signature, hash or expiry check failed"}, tag="packages"),
+    ]
