@@ -140,9 +140,9 @@ class Ingest:
         elif isinstance(body, ChunkRequest):
             pass  # the artifact server answers these (Controller._drain)
         elif leaf == "birth":
-            self.store.upsert_device(device_id, birth=body, last_seen=now)
+            self.store.upsert_device(device_id, birth=body, last_seen=now, birth_at=_report_ts(body, now))
         elif leaf == "state":
-            self.store.upsert_device(device_id, state=body, last_seen=now)
+            self.store.upsert_device(device_id, state=body, last_seen=now, state_at=_report_ts(body, now))
             return StateReport(device_id, body)
         elif leaf == "telemetry":
             self._telemetry(device_id, body, now)
@@ -162,7 +162,8 @@ class Ingest:
         return self.same_device(message.topic, device_id, ChunkRequest.from_payload(message.payload))
 
     def _telemetry(self, device_id: str, report: dict[str, Any], now: float) -> None:
-        self.store.upsert_device(device_id, telemetry=report, telemetry_ts=now, last_seen=now, online=1)
+        self.store.upsert_device(device_id, telemetry=report, telemetry_ts=now, last_seen=now, online=1,
+                                 telemetry_at=_report_ts(report, now))
         if now - self._latency_at.get(device_id, 0.0) < LATENCY_EVERY_S:
             return
         self._latency_at[device_id] = now
@@ -182,6 +183,12 @@ def _parse(leaf: str, payload: bytes) -> Presence | DeviceEvent | ChunkRequest |
     if leaf == "chunk-requests":
         return ChunkRequest.from_payload(payload)
     return device_json(payload, leaf)
+
+
+def _report_ts(body: dict[str, Any], now: float) -> float:
+    """The device's own time of a report: what orders reports that replicas ingest out of order."""
+    ts = body.get("ts")
+    return float(ts) if _finite_number(ts) else now
 
 
 def _finite_number(value: object) -> TypeGuard[int | float]:

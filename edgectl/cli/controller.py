@@ -33,7 +33,8 @@ def controller_run(ctx: typer.Context,
     url = checked_broker(opts.broker, config)
     ring = Keyring()
     store = open_configured(config.controller)
-    service = Controller(store, controller_transports(url, config), ring.signing_key("controller"), package_keys(ring))
+    service = Controller(store, controller_transports(url, config), ring.signing_key("controller"), package_keys(ring),
+                         share_group=config.controller.share_group)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     console.print(f"controller: store {store.location()}, broker {url}")
     api = None

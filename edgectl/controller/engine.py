@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from edgectl.controller.gates import DeviceFacts, GateResult, parse_gates
 from edgectl.controller.lifecycle import RolloutEvent, advance, applies_to
+from edgectl.controller.pacing import SENT_AT, Pacer
 from edgectl.controller.records import (
     ACTIVE,
     COUNTED_FAILED,
@@ -55,6 +56,7 @@ class Engine(Reports):
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(store, publisher, clock)
         self.fallback_of = fallback_of
+        self.pacer = Pacer()
         self.phases: dict[Phase, Callable[[RolloutRow, list[RolloutDevice]], None]] = {
             Phase.START: self._start_wave, Phase.INSTALLING: self._installing, Phase.BAKING: self._baking,
         }
@@ -115,16 +117,24 @@ class Engine(Reports):
     def _start_wave(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         if rollout.status != S.RUNNING:
             return
-        online = {d.id for d in self.store.devices() if d.online}
-        self.publisher.expect(rollout, [r for r in rows if r.status == D.PLANNED and r.device_id in online])
-        for row in rows:
-            if row.status == D.PLANNED:
-                self._supersede(rollout, row.device_id)
-                device = self.store.device(row.device_id)
-                row.previous = ModelRef.from_dict(((device.state if device else {}) or {}).get("active") or {})
-                self._send(rollout, row, "desired state published")
+        self._send_planned(rollout, rows)
         self._phase(rollout, Phase.INSTALLING)
         self.store.audit("wave started", f"wave {rollout.wave}: {len(rows)} device(s)", rollout.id)
+
+    def _send_planned(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
+        """Send the wave's planned devices: all at once, or as many as ``--max-per-minute`` allows now."""
+        due = self.pacer.due(rollout, rows, self.clock())
+        if not due:
+            return
+        online = {d.id for d in self.store.devices() if d.online}
+        self.publisher.expect(rollout, [r for r in due if r.device_id in online])
+        for row in due:
+            self._supersede(rollout, row.device_id)
+            device = self.store.device(row.device_id)
+            row.previous = ModelRef.from_dict(((device.state if device else {}) or {}).get("active") or {})
+            if rollout.spec.max_per_minute:
+                row.data[SENT_AT] = self.clock()
+            self._send(rollout, row, "desired state published")
 
     def _send(self, rollout: RolloutRow, row: RolloutDevice, why: str) -> None:
         """Publish the device's desired state; an offline device is deferred: it takes it when it returns."""
@@ -145,19 +155,21 @@ class Engine(Reports):
 
     def _installing(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         spec, now = rollout.spec, self.clock()
-        if now - rollout.phase_since > spec.wave_timeout_s:
+        if rollout.status == S.RUNNING and any(r.status == D.PLANNED for r in rows):
+            self._send_planned(rollout, rows)  # a paced wave sends the rest as the rate allows
+        if now - rollout.phase_since > spec.wave_timeout_s + self.pacer.stretch_s(rollout, rows):
             for row in rows:
                 if row.status in IN_FLIGHT:
                     self._set(rollout, row, D.FAILED, f"no final report within {spec.wave_timeout_s:.0f}s")
         disagreement = self._shadow_verdict(rollout, rows)
         if disagreement:
             return self._stop(rollout, E.HALT, disagreement)
-        counted = [r for r in rows if r.status != D.DEFERRED]
+        counted = [r for r in rows if r.status not in (D.DEFERRED, D.PLANNED)]
         failed = sum(r.status in COUNTED_FAILED for r in counted)
         if counted and failed > math.floor(spec.max_failure * len(counted)):
             return self._stop(rollout, E.HALT,
                               f"wave {rollout.wave}: failure_rate {failed}/{len(counted)} exceeds {spec.max_failure * 100:.1f}%")
-        if all(r.status not in IN_FLIGHT for r in rows):
+        if all(r.status not in (*IN_FLIGHT, D.PLANNED) for r in rows):
             self._phase(rollout, Phase.BAKING)
             self.store.audit("wave installed", f"wave {rollout.wave}: baking {spec.bake_s:.0f}s", rollout.id)
 

@@ -8,6 +8,7 @@ chunks from a sender thread, applies operator requests queued in the store, and 
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import tempfile
 import threading
@@ -26,7 +27,8 @@ from edgectl.artifact_server import ArtifactServer, ServedArtifact
 from edgectl.artifacts.urls import urls_for
 from edgectl.controller.engine import Engine
 from edgectl.controller.inbox import Drops, Inbox, InboxLimits
-from edgectl.controller.records import ACTIVE, RolloutDevice, RolloutRow, RolloutStatus
+from edgectl.controller.leader import Leadership
+from edgectl.controller.records import ACTIVE, IN_FLIGHT, DeviceEventRow, DeviceStatus, RolloutDevice, RolloutRow, RolloutStatus
 from edgectl.controller.reports import shadow_threshold
 from edgectl.controller.store import Store
 from edgectl.direct_deploy import signed_command, signed_desired
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 DROPS_AUDIT_S = 60.0
 LEAVES = ("birth", "presence", "state", "events", "telemetry")
+CATCH_UP = (*IN_FLIGHT, DeviceStatus.DEFERRED, DeviceStatus.ROLLBACK_SENT)
 
 
 @lru_cache(maxsize=64)
@@ -66,8 +69,11 @@ class Controller:
     """The service: call ``run()`` until ``stop()``; ``ingest_lag_s`` and counters for benchmarks."""
 
     def __init__(self, store: Store, transport_factory: TransportFactory, key: Ed25519PrivateKey, trusted: TrustedKeys,
-                 tick_s: float = 0.5, limits: InboxLimits | None = None) -> None:
+                 tick_s: float = 0.5, limits: InboxLimits | None = None, share_group: str = "") -> None:
         self.store = store
+        # One engine leader per store (leader.py); replicas on PostgreSQL share telemetry in this group.
+        self.leader = Leadership(store.lease(), self._take_over)
+        self.share_group = share_group
         self.key = key
         self.trusted = trusted
         self.tick_s = tick_s
@@ -110,6 +116,9 @@ class Controller:
         return acked, desired
 
     def send(self, device_id: str, leaf: str, payload: bytes) -> bool:
+        if not self.leader.leading:  # a controller that lost the engine lease publishes nothing
+            log.warning("not the engine leader: %s for %s not sent", leaf, device_id)
+            return False
         ok = self.transport.publish(topics.device(device_id, leaf), payload, qos=1, retain=leaf == "desired", wait=5.0)
         if not ok:  # desired states are republished from the store, rollbacks resent, when the broker is back
             log.warning("broker did not take %s for %s", leaf, device_id)
@@ -119,7 +128,7 @@ class Controller:
         if variant not in self.packages:
             info = rollout.spec.package(variant)
             (self._cache / variant).mkdir(parents=True, exist_ok=True)
-            package = read_package(Path(info.path), self.trusted, self._cache / variant)
+            package = read_package(self.store.package_file(variant, Path(info.path)), self.trusted, self._cache / variant)
             self.packages[variant] = package
             m = package.manifest
             # Variants with equal payloads share one artifact: serving it again changes nothing.
@@ -129,8 +138,9 @@ class Controller:
     # -- the loop ---------------------------------------------------------------------------------
 
     def run(self) -> None:
+        self.leader.check()  # SQLite: refuses a second controller on the same file
         for leaf in LEAVES:
-            self.transport.subscribe(topics.device("+", leaf), 1)
+            self.transport.subscribe(self._filter(leaf), 1)
         self.transport.connect()
         self.server.start()
         self.store.audit("controller started", f"store {self.store.location()}")
@@ -139,18 +149,52 @@ class Controller:
             self._drain(time.monotonic() + self.tick_s / 2)
             if self._reconnected.is_set():
                 self._reconnected.clear()
-                count = self.engine.republish()
+                # A replica that takes over later finds the retained desired states in place.
+                count = self.engine.republish() if self.leader.leading else 0
                 if count:
                     self.store.audit("desired states republished", f"{count} after (re)connect")
             if time.monotonic() >= next_tick:
-                for rollout_id, action in self.store.take_requests():
-                    self.engine.request(rollout_id, action)
-                self._serve_active()
-                self.engine.tick()
+                if self.leader.check():
+                    for rollout_id, action in self.store.take_requests():
+                        self.engine.request(rollout_id, action)
+                    self._apply_unclaimed()
+                    self._serve_active()
+                    self.engine.tick()
                 self._audit_drops()
                 next_tick = time.monotonic() + self.tick_s
         self.server.stop()
         self.transport.close()
+        self.leader.release()
+
+    def _filter(self, leaf: str) -> str:
+        """Replicas share telemetry (the volume) on an MQTT 5 shared subscription; every replica gets
+        the rest: retained messages never reach a shared subscription, and events are kept once."""
+        topic = topics.device("+", leaf)
+        return f"$share/{self.share_group}/{topic}" if leaf == "telemetry" and self.share_group and self.leader.replicated \
+            else topic
+
+    def _take_over(self) -> None:
+        """Leading from now on: catch up on what devices reported while the previous leader was gone."""
+        if not self.leader.replicated:
+            return
+        self.store.audit("controller leading", f"pid {os.getpid()}")
+        for rollout in self.store.rollouts(ACTIVE):
+            for row in self.store.rollout_devices(rollout.id):
+                device = self.store.device(row.device_id) if row.status in CATCH_UP else None
+                if device is not None and device.state:
+                    self.engine.on_state(row.device_id, device.state)
+
+    def _apply_unclaimed(self) -> None:
+        """Events a standby replica kept, or that came while no controller led: the leader applies each once."""
+        with self.store.batch():
+            for e in self.store.unclaimed_events():
+                self._on_event(e.device_id, DeviceEvent(e.device_id, e.deployment_id, e.state, e.status, e.detail, e.ts, e.data))
+
+    def _on_event(self, device_id: str, event: DeviceEvent) -> None:
+        kept = DeviceEventRow(device_id, event.ts, event.deployment_id, event.state, event.status, event.detail, event.data)
+        if self.store.claim_event(kept):  # once, whichever replica kept it and however often it came
+            self._release(device_id, event)
+            self.engine.on_event(device_id, event)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -187,7 +231,8 @@ class Controller:
             for message in batch:
                 self.messages += 1
                 if message.topic.endswith("/chunk-requests"):
-                    self._chunk_request(message)
+                    if self.leader.leading:
+                        self._chunk_request(message)
                     continue
                 try:
                     report = self.ingest.apply(message)
@@ -199,9 +244,10 @@ class Controller:
                 if report is not None:
                     followups.append(report)
             for followup in followups:
+                if not self.leader.leading:
+                    break  # stored; the leader applies events (kept unclaimed) and reads the state
                 if isinstance(followup, EventReport):
-                    self._release(followup.device_id, followup.event)
-                    self.engine.on_event(followup.device_id, followup.event)
+                    self._on_event(followup.device_id, followup.event)
                 elif isinstance(followup, LiveBirth):
                     self.engine.on_birth(followup.device_id)
                 else:

@@ -30,6 +30,7 @@ DAY_S = 86400.0
 
 # Device fields written only when the device's own timestamp (the key) is not older than the one
 # kept: reports ingested out of order (two controller replicas, a redelivery) never overwrite newer ones.
+# Ingest does not order presence by its time: a last will carries the time its connection began.
 GUARDED: dict[str, tuple[str, ...]] = {
     "presence_at": ("online",),
     "birth_at": ("birth",),
