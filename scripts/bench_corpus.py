@@ -5,10 +5,13 @@ For each model of the generated corpus (``tests/corpus.py``) and each ``*/*.onnx
 
 1. five probes: ``select_backend`` afresh each time (what ``edge-agent probe --model`` runs), with
    the decision each made (tie or not, the rule, the ratio against the runner-up);
-2. every candidate that passed timed *independently*: alone, one after the other, in two passes
-   in opposite orders, the median of all its runs; the fastest of those is the reference;
-3. the goal: every pick within 5% of that fastest (``worst pick`` is the slowest pick's median over
-   the fastest's);
+2. every candidate that passed timed *independently*: alone (its session the only one open), one
+   after the other, in four passes of alternating order; the fastest (lowest geometric mean of its
+   pass medians) is the reference, and the slowest pick's ratio to it comes with a 95% interval
+   from the paired pass medians;
+3. the goal: every pick within 5% of that fastest. A model where a pick is more than 5% slower by
+   the point estimate but the independent interval still reaches 1.05 is reported as *unresolved*:
+   on this machine the reference timing itself cannot tell.
 4. NNAPI partitions as ``targets.analyse`` reports them (the runtime view) beside onnxruntime's own
    mobile usability checker, run on the model as that checker runs it.
 """
@@ -38,6 +41,7 @@ from agent.backends import Candidate  # noqa: E402
 from agent.errors import EdgeError, one_line  # noqa: E402
 from agent.hardware import Hardware, probe_hardware  # noqa: E402
 from agent.selection import Selection, Status, select_backend  # noqa: E402
+from agent.timing import Interval, ratio_interval  # noqa: E402
 from tests.corpus import CORPUS, write_corpus  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "models"
@@ -53,25 +57,39 @@ class Row:
     source: str
     picks: list[str] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
-    independent_ms: dict[str, float] = field(default_factory=dict)
+    passes_ms: dict[str, list[float]] = field(default_factory=dict)
     nnapi: str = "-"
     note: str = ""
 
     @property
+    def independent_ms(self) -> dict[str, float]:
+        """Geometric mean of each candidate's pass medians."""
+        return {name: float(np.exp(np.mean(np.log(ms)))) for name, ms in self.passes_ms.items()}
+
+    @property
     def fastest(self) -> str | None:
-        return min(self.independent_ms, key=self.independent_ms.__getitem__) if self.independent_ms else None
+        ms = self.independent_ms
+        return min(ms, key=ms.__getitem__) if ms else None
 
     @property
-    def worst_ratio(self) -> float | None:
-        if not self.picks or not self.independent_ms:
+    def worst(self) -> Interval | None:
+        """The slowest pick over the fastest, with its 95% interval from the paired passes."""
+        fastest = self.fastest
+        if not self.picks or fastest is None:
             return None
-        best = min(self.independent_ms.values())
-        return max(self.independent_ms[p] for p in self.picks) / best
+        ms = self.independent_ms
+        pick = max(set(self.picks), key=ms.__getitem__)
+        return ratio_interval(self.passes_ms[pick], self.passes_ms[fastest], confidence=0.95)
 
     @property
-    def ok(self) -> bool | None:
-        ratio = self.worst_ratio
-        return None if ratio is None else ratio <= GOAL
+    def verdict(self) -> str | None:
+        """held, missed, unresolved (the reference timing cannot tell), or None when not measured."""
+        worst = self.worst
+        if worst is None:
+            return None
+        if worst.ratio <= GOAL:
+            return "held"
+        return "unresolved" if worst.low <= GOAL else "missed"
 
 
 def models(with_shared: bool, only: list[str], workdir: Path) -> list[tuple[str, str, Path, dict[str, np.ndarray] | None]]:
@@ -89,20 +107,23 @@ def probe(path: Path, hardware: Hardware, feeds: dict[str, np.ndarray] | None, b
                               cache_dir=Path(cache), time_budget_s=budget_s, remeasure=True)
 
 
-def independent(path: Path, candidates: list[Candidate], feeds: dict[str, np.ndarray], seconds: float) -> dict[str, float]:
-    """Each candidate alone for ``seconds`` (at least 5 runs), in two passes of opposite order: median ms."""
-    runs: dict[str, list[float]] = collections.defaultdict(list)
-    for order in (candidates, candidates[::-1]):
-        for cand in order:
+def independent(path: Path, candidates: list[Candidate], feeds: dict[str, np.ndarray], seconds: float,
+                passes: int = 4) -> dict[str, list[float]]:
+    """Each candidate alone, ``seconds`` in all (at least 3 runs a pass), in passes of alternating order: median ms per pass."""
+    medians: dict[str, list[float]] = collections.defaultdict(list)
+    for k in range(passes):
+        for cand in candidates if k % 2 == 0 else candidates[::-1]:
             with cand.open(path) as runner:
                 for _ in range(3):
                     runner.infer(feeds, check=False)
-                end = time.perf_counter() + seconds / 2
-                while len(runs[cand.name]) < 5 or time.perf_counter() < end:
+                times: list[float] = []
+                end = time.perf_counter() + seconds / passes
+                while len(times) < 3 or time.perf_counter() < end:
                     start = time.perf_counter()
                     runner.infer(feeds, check=False)
-                    runs[cand.name].append(time.perf_counter() - start)
-    return {name: float(np.median(times)) * 1000 for name, times in runs.items()}
+                    times.append(time.perf_counter() - start)
+            medians[cand.name].append(float(np.median(times)) * 1000)
+    return dict(medians)
 
 
 def nnapi_partitions(path: Path) -> str:
@@ -146,7 +167,7 @@ def measure(name: str, source: str, path: Path, feeds: dict[str, np.ndarray] | N
 
         with passing[0].open(path) as runner:
             feeds = synthetic_feeds(runner.inputs)
-    row.independent_ms = independent(path, passing, feeds, args.independent)
+    row.passes_ms = independent(path, passing, feeds, args.independent)
     return row
 
 
@@ -164,24 +185,26 @@ def describe(row: Row) -> list[str]:
     decided = f"{ties}/{len(row.decisions)} ties; {rules}" + (
         f"; ratio {min(ratios):.2f}-{max(ratios):.2f}" if ratios else "")
     independent = ", ".join(f"{short(b)} {ms:.3f}" for b, ms in sorted(row.independent_ms.items()))
-    worst = row.worst_ratio
-    verdict = "-" if worst is None else f"{worst:.3f} {'yes' if row.ok else 'NO'}"
+    worst = row.worst
+    verdict = "-" if worst is None else f"{worst.ratio:.3f} [{worst.low:.2f}, {worst.high:.2f}] {row.verdict}"
     return [row.name, row.source, picks, decided, independent, short(row.fastest or "-"), verdict, row.nnapi]
 
 
 HEADER = ["model", "from", "picks (probes)", "decisions", "independent median ms", "fastest",
-          "worst pick / fastest, within 5%", "NNAPI partitions (ours / ORT checker)"]
+          "slowest pick / fastest [95%]: goal", "NNAPI partitions (ours / ORT checker)"]
 
 
 def markdown(rows: list[Row], args: argparse.Namespace) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(describe(r)) + " |" for r in rows]
-    judged = [r for r in rows if r.ok is not None]
-    held = sum(1 for r in judged if r.ok)
+    verdicts = collections.Counter(r.verdict for r in rows if r.verdict is not None)
+    judged = sum(verdicts.values())
     return (f"Machine: {machine()}.\n\nEach model probed {args.probes} times with `select_backend` afresh (time budget "
             f"{args.budget:g} s per probe, as `edge-agent probe --model M --budget {args.budget:g}`); every candidate "
-            f"that passed then timed alone, {args.independent:g} s each in two passes of opposite order. Goal: every "
-            f"pick within 5% of the independently fastest. **Held on {held} of {len(judged)} models.** A decision is "
+            f"that passed then timed alone, {args.independent:g} s each in four passes of alternating order. Goal: "
+            f"every pick within 5% of the independently fastest. **Held on {verdicts['held']} of {judged} models, "
+            f"missed on {verdicts['missed']}, unresolved on {verdicts['unresolved']}** (unresolved: a pick more than 5% "
+            f"slower by the estimate, but the independent timing's own 95% interval reaches 1.05). A decision is "
             f"a tie when the 99% interval of the ratio never left the noise within the budget (or lay within 5%), "
             f"resolved by lower p95, lower memory, then candidate order.\n\n" + "\n".join(lines))
 
