@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
+import queue
 import re
 import socket
 import ssl
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 MAX_REDIRECTS = 5
 ATTEMPTS_PER_URL = 2  # a second try after a failure that brought no chunk: a dropped keep-alive, a hiccup
 PIECE = 64 * 1024  # with a rate cap, bytes are read (and paced) in pieces of at most this
+WRITE_AHEAD = 32  # chunks received but not yet checked and written
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
@@ -229,15 +231,17 @@ class HttpFetch:
 
     def _read(self, download: Download, response: http.client.HTTPResponse, first: int, end: int,
               limit: RateLimit) -> None:
-        for index in range(first, end):
-            if self.stop.is_set():
-                return
-            data = self._chunk(response, download.chunk_length(index), limit)
-            if len(data) != download.chunk_length(index):
-                raise SourceFailed(f"the body ended early, in chunk {index}")
-            rejected = download.rejected
-            if not download.accept(index, data) and download.rejected > rejected:
-                raise SourceFailed(f"chunk {index} does not match its signed sha256")
+        writer = _Writer(download)
+        try:
+            for index in range(first, end):
+                if self.stop.is_set() or writer.failed is not None:
+                    break
+                data = self._chunk(response, download.chunk_length(index), limit)
+                if len(data) != download.chunk_length(index):
+                    raise SourceFailed(f"the body ended early, in chunk {index}")
+                writer.put(index, data)
+        finally:
+            writer.close()
 
     def _chunk(self, response: http.client.HTTPResponse, length: int, limit: RateLimit) -> bytes:
         if limit.rate is None:
@@ -255,6 +259,44 @@ class HttpFetch:
             self.bytes_received += len(piece)
             limit.spend(len(piece))
         return b"".join(pieces)
+
+
+class _Writer:
+    """Checks and writes chunks on its own thread while the next ones arrive (hashlib lets go of the GIL).
+
+    :meth:`close` waits for what was handed over and raises what went wrong: a chunk that does not
+    match its signed sha256 (SourceFailed), or the download's own failure (a full disk)."""
+
+    def __init__(self, download: Download) -> None:
+        self.download = download
+        self.failed: int | None = None  # the first chunk whose hash did not match
+        self._error: BaseException | None = None
+        self._queue: queue.Queue[tuple[int, bytes] | None] = queue.Queue(maxsize=WRITE_AHEAD)
+        self._thread = threading.Thread(target=self._run, name="chunk-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, index: int, data: bytes) -> None:
+        self._queue.put((index, data))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        if self.failed is not None:
+            raise SourceFailed(f"chunk {self.failed} does not match its signed sha256")
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self.failed is not None or self._error is not None:
+                continue  # drain: the reader stops at its next chunk
+            index, data = item
+            rejected = self.download.rejected
+            try:
+                if not self.download.accept(index, data) and self.download.rejected > rejected:
+                    self.failed = index
+            except BaseException as exc:  # handed to the fetching thread by close()
+                self._error = exc
 
 
 def _safe(url: str) -> str:
