@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -58,7 +59,8 @@ def test_a_model_that_hangs_the_agent_k_times_is_rolled_back(
     shutil.rmtree(agent.state_dir / "selection", ignore_errors=True)
     agent.extra = {"deploy": {**DEPLOY, "load_timeout_s": 1.5, "crash_loop_max_deaths": 2}}
     for death in (1, 2):
-        agent.start()
+        with contextlib.suppress(AssertionError):  # on a busy machine it may end itself before its API answers
+            agent.start()
         wait_for(lambda: not agent.alive(), 60, f"the agent to end itself on hang {death}")
         assert agent.stop() == EXIT_HUNG, agent.log_text()[-2000:]
     agent.start()
