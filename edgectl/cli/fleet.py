@@ -54,6 +54,8 @@ def deploy(
     artifact_url: list[str] = typer.Option(
         [], "--artifact-url", help="HTTP(S) URL devices fetch the payload from by Range before MQTT chunks (repeatable, "
         "tried in order; {artifact_id} is replaced by each package's payload sha256; see `edgectl artifacts`)."),
+    max_per_minute: int = typer.Option(
+        0, "--max-per-minute", min=0, help="Pace each wave: send at most N devices their desired state a minute (0: all at once)."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
     """Deploy a model: directly to --device IDs, or as a staged rollout to a --fleet selector.
@@ -64,7 +66,7 @@ def deploy(
         raise UserError("give either --device ID... (direct) or --fleet SELECTOR (staged rollout)")
     if fleet is not None:
         request = FleetRequest(artifacts, fleet, waves, max_failure, bake, gate, shadow, allow_downgrade, dry_run,
-                               artifact_urls=artifact_url)
+                               artifact_urls=artifact_url, max_per_minute=max_per_minute)
         fleet_deploy(ctx, request, wait, as_json)
         return
     if len(artifacts) != 1:

@@ -29,6 +29,7 @@ class RolloutOptions:
     allow_downgrade: bool = False
     wave_timeout_s: float = 600.0
     artifact_urls: tuple[str, ...] = ()  # checked by edgectl.artifacts.urls.check_artifact_urls
+    max_per_minute: int = 0  # pace: desired states sent a minute within a wave (0: all at once)
 
 
 def _gates(options: RolloutOptions) -> tuple[list[str], float]:
@@ -54,7 +55,7 @@ def rollout_spec(store: Store, plan: Plan, options: RolloutOptions) -> RolloutSp
     gates, silence_s = _gates(options)
     return RolloutSpec(options.selector, tuple(packages), plan.waves, options.max_failure, options.bake_s, tuple(gates),
                        silence_s, options.shadow, options.allow_downgrade, options.wave_timeout_s,
-                       artifact_urls=options.artifact_urls)
+                       artifact_urls=options.artifact_urls, max_per_minute=options.max_per_minute)
 
 
 def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str = "operator") -> str:

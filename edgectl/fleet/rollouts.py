@@ -53,6 +53,7 @@ class FleetRequest:
     allow_downgrade: bool = False
     dry_run: bool = False
     artifact_urls: Sequence[str] = field(default_factory=tuple)  # --artifact-url, repeatable
+    max_per_minute: int = 0  # --max-per-minute: pace each wave
 
 
 def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOptions:
@@ -65,7 +66,14 @@ def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOpti
         gates.append(SHADOW_GATE)
     max_failure, bake_s = parse_rate(request.max_failure, "--max-failure"), parse_duration(request.bake, "--bake")
     return RolloutOptions(request.selector, max_failure, bake_s, gates, request.shadow, request.allow_downgrade, wave_timeout_s,
-                          artifact_urls=check_artifact_urls(request.artifact_urls, len(request.artifacts)))
+                          artifact_urls=check_artifact_urls(request.artifact_urls, len(request.artifacts)),
+                          max_per_minute=_pace(request.max_per_minute))
+
+
+def _pace(max_per_minute: int) -> int:
+    if max_per_minute < 0:
+        raise UserError(f"--max-per-minute {max_per_minute}: give a count of devices a minute (0: no pacing)")
+    return max_per_minute
 
 
 def check_downgrade(plan: Plan, devices: Sequence[dict[str, Any]], allow: bool) -> None:
