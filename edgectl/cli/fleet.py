@@ -55,7 +55,7 @@ def deploy(
         [], "--artifact-url", help="HTTP(S) URL devices fetch the payload from by Range before MQTT chunks (repeatable, "
         "tried in order; {artifact_id} is replaced by each package's payload sha256; see `edgectl artifacts`)."),
     max_per_minute: int = typer.Option(
-        0, "--max-per-minute", min=0, help="Pace each wave: at most N devices get their desired state a minute (0: all at once)."),
+        0, "--max-per-minute", min=0, help="Pace each wave: N devices get their desired state a minute (0: all at once)."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
     """Deploy a model: directly to --device IDs, or as a staged rollout to a --fleet selector.
