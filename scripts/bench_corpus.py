@@ -46,7 +46,8 @@ from tests.corpus import CORPUS, write_corpus  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "models"
 GOAL = 1.05
-SECTION = "backend pick stability (corpus)"
+SECTIONS = {"corpus": "backend pick stability (generated corpus)", "shared": "backend pick stability (shared models)",
+            "all": "backend pick stability (corpus and shared models)"}
 
 
 @dataclass
@@ -92,11 +93,12 @@ class Row:
         return "unresolved" if worst.low <= GOAL else "missed"
 
 
-def models(with_shared: bool, only: list[str], workdir: Path) -> list[tuple[str, str, Path, dict[str, np.ndarray] | None]]:
-    """(name, source, path, golden feeds or None) for the corpus and the shared models."""
-    found: list[tuple[str, str, Path, dict[str, np.ndarray] | None]] = [
-        (name, "corpus", path, CORPUS[name].feeds()) for name, path in write_corpus(workdir).items()]
-    if with_shared and MODELS.is_dir():
+def models(which: str, only: list[str], workdir: Path) -> list[tuple[str, str, Path, dict[str, np.ndarray] | None]]:
+    """(name, source, path, golden feeds or None) for the corpus and/or the shared models."""
+    found: list[tuple[str, str, Path, dict[str, np.ndarray] | None]] = []
+    if which in ("corpus", "all"):
+        found += [(name, "corpus", path, CORPUS[name].feeds()) for name, path in write_corpus(workdir).items()]
+    if which in ("shared", "all") and MODELS.is_dir():
         found += [(f"{p.parent.name}/{p.name}", "shared", p, None) for p in sorted(MODELS.glob("*/*.onnx"))]
     return [m for m in found if not only or any(o in m[0] for o in only)]
 
@@ -216,7 +218,8 @@ def main() -> None:
     parser.add_argument("--independent", type=float, default=4.0,
                         help="seconds of independent timing per candidate, split over two passes (default 4)")
     parser.add_argument("--only", action="append", default=[], help="only models whose name contains this (repeat)")
-    parser.add_argument("--no-shared", action="store_true", help="only the generated corpus, not ../shared/models")
+    parser.add_argument("--set", choices=list(SECTIONS), default="all",
+                        help="the generated corpus, the models in ../shared/models, or both (default); each its own section")
     parser.add_argument("--no-nnapi", dest="nnapi", action="store_false", help="skip the NNAPI partition column")
     parser.add_argument("--no-docs", action="store_true", help="do not write the figures into docs/benchmarks.md")
     args = parser.parse_args()
@@ -225,14 +228,15 @@ def main() -> None:
     started = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, source, path, feeds in models(not args.no_shared, args.only, Path(tmp)):
+        for name, source, path, feeds in models(args.set, args.only, Path(tmp)):
             row = measure(name, source, path, feeds, hardware, args)
             rows.append(row)
             print(" | ".join(describe(row)), flush=True)
     body = markdown(rows, args) + f"\n\nThe run took {time.perf_counter() - started:.0f} s."
     print("\n" + body + f"\n\nrerun: {command.strip()}")
     if not args.no_docs:
-        print(f"figures written to {write_section(SECTION, command.strip(), body).relative_to(ROOT)} (## {SECTION})")
+        section = SECTIONS[args.set]
+        print(f"figures written to {write_section(section, command.strip(), body).relative_to(ROOT)} (## {section})")
 
 
 if __name__ == "__main__":
