@@ -34,7 +34,7 @@ def test_auth_matrix(api: ApiPlane) -> None:
     wrong = "edgectl_0123456789ab_" + "x" * 43
     failures = []
     for method, path, needed in WRITES:
-        body = {} if method == "POST" and "packages" not in path else None
+        body: dict[str, object] | None = {} if method == "POST" and "packages" not in path else None
         raw = b"not a package" if path.endswith("/packages") else None
         for token in (None, wrong, "viewer", "operator", "admin"):
             answer = api.call(method, path, body, token=token, raw=raw)
@@ -46,7 +46,7 @@ def test_auth_matrix(api: ApiPlane) -> None:
                 expected = {200, 201, 202, 400, 404, 409, 422}
             if answer.status not in expected:
                 failures.append(f"{method} {path} as {token and token[:10]}: {answer.status} {answer.body}")
-            assert isinstance(answer.body, dict) and "error" in answer.body or answer.status < 400, (method, path, answer)
+            assert (isinstance(answer.body, dict) and "error" in answer.body) or answer.status < 400, (method, path, answer)
     assert not failures, "\n".join(failures)
 
 
