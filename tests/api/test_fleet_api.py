@@ -9,7 +9,7 @@ from agent.protocol.manifest import TargetInfo
 from edgectl.examples import tiny_classifier
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, build_package
-from tests.api.conftest import ApiPlane
+from tests.api.conftest import Answer, ApiPlane
 from tests.fleet import wait_for
 
 
@@ -37,7 +37,10 @@ def test_devices_filters_paging_and_detail(api: ApiPlane) -> None:
     api.agents(3, "cpu-x86", prefix="lobby", tags={"group": "lobby"})
     api.agents(2, "jetson-orin", prefix="dock", tags={"group": "dock"})
     _online(api, 5)
-    get = lambda query: api.call("GET", f"/api/v1/devices{query}", token="viewer")  # noqa: E731
+
+    def get(query: str) -> Answer:
+        return api.call("GET", f"/api/v1/devices{query}", token="viewer")
+
     page = get("?limit=2&offset=1").body
     assert page["total"] == 5 and [d["device_id"] for d in page["devices"]] == ["dock-001", "lobby-000"]
     assert get("?target=jetson-orin").body["total"] == 2
