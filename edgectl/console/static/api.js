@@ -45,8 +45,9 @@ export async function api(path, { method = "GET", body, raw, token, signal } = {
 }
 
 function errorText(status, data) {
+  // The API answers {"error": {"status", "message", "field"}}.
   const detail = data && (data.error || data.detail || data.message);
-  const message = typeof detail === "string" ? detail : detail ? JSON.stringify(detail) : "";
+  const message = typeof detail === "string" ? detail : detail && detail.message ? detail.message : detail ? JSON.stringify(detail) : "";
   if (status === 403) return message || "your role may not do this";
   if (status === 401) return message || "sign in again: the token was refused";
   return message || `the server answered ${status}`;

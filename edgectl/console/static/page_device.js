@@ -4,6 +4,7 @@ import { lineChart } from "./charts.js";
 import { fill, fmtAgo, fmtBytes, fmtNumber, fmtTime, h, pill } from "./dom.js";
 
 export const NAV = "devices";
+export const PAGE = "device";
 export const TITLE = "Device";
 const KEEP = 300; // telemetry samples kept for the charts
 

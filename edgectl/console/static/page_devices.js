@@ -4,8 +4,9 @@ import { query } from "./api.js";
 import { fill, fmtAgo, h, pill } from "./dom.js";
 
 export const NAV = "devices";
+export const PAGE = "devices";
 export const TITLE = "Devices";
-const PAGE = 50;
+const PAGE_SIZE = 50;
 const FILTERS = ["status", "target", "model", "version", "selector", "q"];
 
 export async function mount(main, _args, params, ctx) {
@@ -36,7 +37,7 @@ export async function mount(main, _args, params, ctx) {
   fill(main, h("h1", "Devices"), form, table);
 
   const refresh = async () => {
-    const page = await ctx.api(`/devices${query({ ...state, limit: PAGE, offset })}`);
+    const page = await ctx.api(`/devices${query({ ...state, limit: PAGE_SIZE, offset })}`);
     draw(table, page, offset, (next) => { offset = next; return refresh(); });
   };
   await refresh();
@@ -62,7 +63,7 @@ function draw(el, page, offset, goTo) {
         h("td.wrap", Object.entries(d.tags || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
         h("td", fmtAgo(d.last_seen)))))),
     h("div.pager",
-      h("button#prev", { type: "button", disabled: offset <= 0, onclick: () => goTo(Math.max(0, offset - PAGE)) }, "← Previous"),
+      h("button#prev", { type: "button", disabled: offset <= 0, onclick: () => goTo(Math.max(0, offset - PAGE_SIZE)) }, "← Previous"),
       h("span#page-info", total ? `${offset + 1}–${last} of ${total.toLocaleString()}` : "no device matches"),
-      h("button#next", { type: "button", disabled: last >= total, onclick: () => goTo(offset + PAGE) }, "Next →")));
+      h("button#next", { type: "button", disabled: last >= total, onclick: () => goTo(offset + PAGE_SIZE) }, "Next →")));
 }

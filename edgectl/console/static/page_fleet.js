@@ -5,6 +5,7 @@ import { fill, h, pill, progress } from "./dom.js";
 import { rolloutProgress } from "./page_rollouts.js";
 
 export const NAV = "fleet";
+export const PAGE = "fleet";
 export const TITLE = "Fleet";
 
 export async function mount(main, _args, _params, ctx) {
@@ -12,7 +13,7 @@ export async function mount(main, _args, _params, ctx) {
   fill(main, h("h1", "Fleet"), body);
   const refresh = async () => {
     const [summary, list] = await Promise.all([ctx.api("/fleet/summary"), ctx.api("/rollouts?limit=20")]);
-    draw(body, summary, list.items || []);
+    draw(body, summary, list.rollouts || []);
   };
   await refresh();
   return { refresh };
@@ -33,7 +34,7 @@ function draw(body, s, rollouts) {
       h("section.panel", breakdown("By status", s.by_status, devicesLink("status"))),
       h("section.panel", breakdown("By target", s.by_target, devicesLink("target"))),
       h("section.panel", breakdown("By model version", s.by_model,
-        (label) => label === "none" ? "#/devices?model=" : `#/devices?${versionQuery(label)}`)),
+        (label) => (label.includes("@") ? `#/devices?${versionQuery(label)}` : "#/devices"))),
       h("section.panel", h("h2", "Active rollouts"), activeTable(active))));
 }
 

@@ -1,9 +1,10 @@
 // Start a rollout: packages (one per target variant), selector, waves, failure budget, bake, gates, shadow.
 // "Preview" asks the server for a dry run (the plan, nothing recorded); "Start" records it for the controller.
 
-import { fill, h } from "./dom.js";
+import { fill, fmtBytes, h } from "./dom.js";
 
 export const NAV = "rollouts";
+export const PAGE = "rollout-new";
 export const TITLE = "New rollout";
 
 export async function mount(main, _args, params, ctx) {
@@ -12,7 +13,7 @@ export async function mount(main, _args, params, ctx) {
     return {};
   }
   const list = await ctx.api("/packages");
-  const packages = list.items || [];
+  const packages = list.packages || [];
   const preselected = new Set(params.getAll("package"));
   const plan = h("div.plan#plan");
   const form = h("form.stack.panel#rollout-form", { onsubmit: (e) => e.preventDefault() },
@@ -58,7 +59,7 @@ export async function mount(main, _args, params, ctx) {
     try {
       const result = await ctx.api("/rollouts", { method: "POST", body });
       if (dryRun) drawPlan(plan, result);
-      else ctx.go(`#/rollouts/${encodeURIComponent(result.id || result.rollout_id)}`);
+      else ctx.go(`#/rollouts/${encodeURIComponent(result.rollout_id)}`);
     } catch (err) {
       ctx.flash(err.message);
     }
@@ -67,14 +68,15 @@ export async function mount(main, _args, params, ctx) {
 }
 
 function drawPlan(el, result) {
-  const p = result.plan || result;
+  const p = result.plan;
   const waves = p.waves || [];
   fill(el, h("section.panel",
     h("h2", "Plan (dry run: nothing recorded)"),
+    h("p.muted", `${fmtBytes(p.total_bytes)} to send; about ${Math.round(p.estimated_s)} s with ${p.bake_s} s bake per wave.`),
     h("table",
       h("thead", h("tr", h("th", "Wave"), h("th", "Devices"))),
       h("tbody", waves.map((w, i) => h("tr", h("td", w.wave ?? i + 1),
-        h("td.wrap", Array.isArray(w.devices) ? `${w.devices.length}: ${w.devices.slice(0, 12).join(", ")}${w.devices.length > 12 ? " …" : ""}`
-          : String(w.count ?? w.devices ?? "")))))),
+        h("td.wrap", `${w.devices.length}: ${w.devices.slice(0, 12).map((d) => d.device_id).join(", ")}`
+          + (w.devices.length > 12 ? " …" : "")))))),
     (p.skipped || []).length ? h("p.muted", `Skipped: ${p.skipped.map((s) => `${s.device_id} (${s.reason})`).join("; ")}`) : null));
 }

@@ -3,6 +3,7 @@
 import { fill, fmtBytes, fmtTime, h } from "./dom.js";
 
 export const NAV = "packages";
+export const PAGE = "packages";
 export const TITLE = "Packages";
 
 export async function mount(main, _args, _params, ctx) {
@@ -11,7 +12,7 @@ export async function mount(main, _args, _params, ctx) {
   fill(main, h("h1", "Packages"), upload, table);
   const refresh = async () => {
     const list = await ctx.api("/packages");
-    draw(table, list.items || [], ctx);
+    draw(table, list.packages || [], ctx);
   };
   await refresh();
   return { refresh };

@@ -4,6 +4,7 @@
 import { fill, fmtNumber, fmtTime, h, pill, progress } from "./dom.js";
 
 export const NAV = "rollouts";
+export const PAGE = "rollout";
 export const TITLE = "Rollout";
 
 // Which action applies in which status (edgectl.controller.lifecycle.REQUESTS); the server refuses the rest.

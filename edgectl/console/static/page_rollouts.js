@@ -3,6 +3,7 @@
 import { fill, fmtTime, h, pill, progress } from "./dom.js";
 
 export const NAV = "rollouts";
+export const PAGE = "rollouts";
 export const TITLE = "Rollouts";
 
 const DONE = new Set(["ok"]);
@@ -10,6 +11,11 @@ const FAILED = new Set(["failed", "rolled-back", "rollback-sent"]);
 
 /** {done, failed, total} devices of a rollout: from its ``progress`` if the server counted, else from its devices. */
 export function rolloutProgress(r) {
+  if (r.device_counts) { // the list's rows: counts by device status
+    const c = r.device_counts;
+    const total = Object.entries(c).reduce((n, [s, k]) => n + (s === "skipped" ? 0 : k), 0);
+    return { done: c.ok || 0, failed: [...FAILED].reduce((n, s) => n + (c[s] || 0), 0), total };
+  }
   if (Array.isArray(r.progress)) {
     const sum = (k) => r.progress.reduce((n, w) => n + (w[k] || 0), 0);
     return { done: sum("ok"), failed: sum("failed"), total: sum("devices") };
@@ -31,7 +37,7 @@ export async function mount(main, _args, _params, ctx) {
     table);
   const refresh = async () => {
     const list = await ctx.api("/rollouts?limit=100");
-    draw(table, list.items || []);
+    draw(table, list.rollouts || []);
   };
   await refresh();
   return { refresh };

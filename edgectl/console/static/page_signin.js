@@ -3,6 +3,7 @@
 import { api, session } from "./api.js";
 import { fill, h } from "./dom.js";
 
+export const PAGE = "signin";
 export const TITLE = "Sign in";
 
 export async function mount(main, _args, params, ctx) {
