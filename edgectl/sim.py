@@ -2,8 +2,10 @@
 
 Real, per agent: its own MQTT connection (agent.transport, with last will and reconnects), birth /
 presence / state / events / telemetry in protocol v1, signature, address, sequence and expiry
-checks (agent.protocol), the ledger (agent.deploy.ledger), chunk download over MQTT with hash
-checks (agent.deploy.fetch + download) and payload extraction with per-file hash checks.
+checks (agent.protocol), the ledger (agent.deploy.ledger), artifact download with hash checks of
+every chunk (agent.deploy.sources: by HTTP(S) Range from the desired state's ``model.urls`` first,
+then MQTT chunks for what is missing, as the real agent) and payload extraction with per-file hash
+checks.
 Simulated: the hardware (a summary per profile), loading and running the model (the "health
 check" reads the package's golden outputs and fails on NaN/inf; latency is the profile's base
 latency times the agent's latency factor for that model version) and the backend choice (the
@@ -13,6 +15,7 @@ shadow run's agreement (the agent's ``agreement`` for that model version, 1.0 un
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -29,7 +32,9 @@ from agent import __version__
 from agent.deploy.download import Download
 from agent.deploy.fetch import ChunkFetcher
 from agent.deploy.golden import load_golden
+from agent.deploy.http_fetch import HttpSettings
 from agent.deploy.ledger import Ledger
+from agent.deploy.sources import ArtifactFetcher
 from agent.errors import EdgeError
 from agent.protocol import topics
 from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, MANIFEST_TYPE, TrustedKeys
@@ -48,6 +53,7 @@ log = logging.getLogger(__name__)
 _GOLDEN_LOCK = threading.Lock()
 
 BASE_LATENCY_MS = {"jetson-orin": 2.0, "jetson-nano": 6.0, "nnapi": 8.0, "qnn-htp": 3.0, "cpu-x86": 5.0, "cpu-arm": 12.0}
+SIM_MEMORY = 4 << 30  # bytes of memory a simulated device reports
 BACKEND = {"jetson-orin": "TensorrtExecutionProvider", "nnapi": "NnapiExecutionProvider", "qnn-htp": "QNNExecutionProvider"}
 
 
@@ -64,7 +70,7 @@ class _Route(queue.Queue):  # type: ignore[type-arg]
     def __init__(self, agent: SimAgent, shared: queue.Queue[tuple[SimAgent, Message]]) -> None:
         super().__init__()
         self.agent, self.shared = agent, shared
-        self.fetcher: ChunkFetcher | None = None
+        self.fetcher: ArtifactFetcher | None = None
 
     def put(self, item: Message, block: bool = True, timeout: float | None = None) -> None:
         if self.fetcher is not None and item.topic.startswith(_CHUNKS):
@@ -96,24 +102,37 @@ class SimAgent:
             return None
         return round(BASE_LATENCY_MS.get(self.profile, 5.0) * self.factor(self.active["name"], self.active["version"]), 3)
 
+    def device_metrics(self, now: float) -> dict[str, Any]:
+        """Simulated CPU and memory (for the console's charts): busier with a model, a slow swing per device."""
+        swing = float(np.sin(now / 30 + sum(self.device_id.encode()) % 60))
+        busy = 25.0 if self.active is not None else 4.0
+        memory = (0.45 if self.active is not None else 0.3) + 0.02 * swing
+        return {"simulated": True, "cpu_percent": round(busy + 3 * swing, 1), "memory_percent": round(100 * memory, 1),
+                "memory_total_bytes": SIM_MEMORY, "memory_used_bytes": int(SIM_MEMORY * memory)}
+
     @property
     def backend(self) -> str:
         return f"onnxruntime/{'CPUExecutionProvider' if self.fallback else BACKEND.get(self.profile, 'CPUExecutionProvider')}"
 
 
 class SimFleet:
-    """Runs simulated agents against one broker: one dispatcher thread, one telemetry thread."""
+    """Runs simulated agents against one broker: one dispatcher thread, one telemetry thread.
+
+    ``http`` are the agents' settings for artifact URLs (CA bundle, rate cap, timeout), as the real
+    agent's ``deploy.http_*``. ``telemetry_sent`` counts the reports published per wall-clock second."""
 
     def __init__(self, broker_url: str, package_keys: TrustedKeys, controller_keys: TrustedKeys,
-                 telemetry_s: float = 1.0) -> None:
+                 telemetry_s: float = 1.0, http: HttpSettings | None = None) -> None:
         self.url = broker_url
         self.package_keys = package_keys
         self.controller_keys = controller_keys
         self.telemetry_s = telemetry_s
+        self.http = http or HttpSettings()
         self.agents: dict[str, SimAgent] = {}
         self.inbox: queue.Queue[tuple[SimAgent, Message]] = queue.Queue()
         self.stopping = threading.Event()
-        self._fetchers: dict[str, ChunkFetcher] = {}
+        self.telemetry_sent: collections.Counter[int] = collections.Counter()
+        self._fetchers: dict[str, ArtifactFetcher] = {}
         self._ledgers: dict[str, Ledger] = {}
         threading.Thread(target=self._dispatch, name="sim-dispatch", daemon=True).start()
         threading.Thread(target=self._telemetry, name="sim-telemetry", daemon=True).start()
@@ -128,7 +147,8 @@ class SimFleet:
         agent.transport = MqttTransport(self.url, f"sim-{agent.device_id}", inbox=route, will=will,
                                         on_connect=lambda: self._announce(agent), keepalive=10)
         self._ledgers[agent.device_id] = Ledger(agent.state_dir)
-        self._fetchers[agent.device_id] = route.fetcher = ChunkFetcher(agent.transport, agent.device_id, 1.0, 600.0)
+        chunks = ChunkFetcher(agent.transport, agent.device_id, 1.0, 600.0)
+        self._fetchers[agent.device_id] = route.fetcher = ArtifactFetcher(chunks, agent.state_dir, self.http)
         agent.transport.subscribe(topics.device(agent.device_id, "desired"), 1)
         agent.transport.subscribe(topics.device(agent.device_id, "commands"), 1)
         self.agents[agent.device_id] = agent
@@ -185,9 +205,12 @@ class SimFleet:
                 if agent.active is not None:
                     agent.requests += 10
                     models[agent.active["name"]] = {"version": str(agent.active["version"]), "backend": agent.active["backend"],
-                                                    "requests": agent.requests, "errors": 0, "latency_ms": {"p95": agent.p95()}}
-                report = {"device_id": agent.device_id, "ts": time.time(), "device": {"simulated": True}, "models": models}
+                                                    "requests": agent.requests, "errors": 0,
+                                                    "latency_ms": {"p50": round(0.8 * (agent.p95() or 0.0), 3), "p95": agent.p95()}}
+                now = time.time()
+                report = {"device_id": agent.device_id, "ts": now, "device": agent.device_metrics(now), "models": models}
                 self._publish(agent, "telemetry", encode_json(report), qos=0)
+                self.telemetry_sent[int(time.time())] += 1
 
     # -- messages -----------------------------------------------------------------------------------
 
@@ -223,6 +246,7 @@ class SimFleet:
             return
         manifest_bytes = self.package_keys.verify(desired.model.manifest, MANIFEST_TYPE)
         manifest = Manifest.from_bytes(manifest_bytes)
+        self._fetchers[agent.device_id].remember(manifest.payload.sha256, desired.model.urls)
         active = agent.active
         new = (manifest.name, manifest.version, manifest.artifact_id)
         if active is not None and (active["name"], active["version"], active["artifact_id"]) == new:
