@@ -204,9 +204,10 @@ class SimFleet:
                 models = {}
                 if agent.active is not None:
                     agent.requests += 10
+                    p95 = agent.p95() or 0.0
                     models[agent.active["name"]] = {"version": str(agent.active["version"]), "backend": agent.active["backend"],
                                                     "requests": agent.requests, "errors": 0,
-                                                    "latency_ms": {"p50": round(0.8 * (agent.p95() or 0.0), 3), "p95": agent.p95()}}
+                                                    "latency_ms": {"p50": round(0.8 * p95, 3), "p95": p95}}
                 now = time.time()
                 report = {"device_id": agent.device_id, "ts": now, "device": agent.device_metrics(now), "models": models}
                 self._publish(agent, "telemetry", encode_json(report), qos=0)
