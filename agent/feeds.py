@@ -101,10 +101,7 @@ def concrete_shape(shape: Sequence[object], batch: int = 1) -> tuple[int, ...]:
 
 def synthetic_feeds(specs: Sequence[TensorSpec], shapes: Mapping[str, tuple[int, ...]],
                     seed: int = 20261121) -> dict[str, np.ndarray]:
-    """Reproducible tensors in ``shapes`` from the one generator, ``agent.tensors.synthetic_feeds``; strings are refused."""
-    for spec in specs:
-        if spec.dtype == "object":
-            raise UserError(f"input {spec.name!r} takes strings: give real inputs (--golden DIR)")
+    """Reproducible tensors in ``shapes`` from the one generator, ``agent.tensors.synthetic_feeds`` (strings as ``U``)."""
     return tensors.synthetic_feeds(specs, seed, shapes=shapes)
 
 

@@ -123,11 +123,25 @@ def _child(model: Path, feeds_file: str, out: str) -> dict[str, Any]:
     except Exception as exc:  # whatever the model does to the runtime on these inputs
         return {**result, "kind": "memory" if _is_memory(str(exc)) else "run", "detail": one_line(exc)}
     for meta, value in zip(session.get_outputs(), values, strict=False):
-        if isinstance(value, np.ndarray) and value.dtype != object:
-            arrays[f"output:{meta.name}"] = value
+        saved = _savable(value)
+        if saved is not None:
+            arrays[f"output:{meta.name}"] = saved
     if out != "-":
         np.savez(out, **arrays)
     return {**result, "detail": "ran"}
+
+
+def _savable(value: Any) -> np.ndarray | None:
+    """An output as golden data stores it without pickle: strings as ``U``; None for what cannot be (ONNX-ML maps)."""
+    if not isinstance(value, np.ndarray):
+        return None
+    if value.dtype != object:
+        return value
+    if not all(isinstance(v, str) for v in value.flat):
+        return None
+    text = value.astype(str)
+    # U pads with NUL and drops trailing NULs: a string ending in NUL cannot be kept exactly, so it is not kept.
+    return text if all(a == b for a, b in zip(text.flat, value.flat, strict=True)) else None
 
 
 def _signature(items: Any) -> list[tuple[str, str, list[Any]]]:

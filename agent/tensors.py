@@ -4,13 +4,17 @@ Synthetic inputs feed a model that has no golden data: backend selection, the he
 shadow runs, ``edge-agent probe --input-shape`` and ``edgectl build``'s golden inputs all draw them
 here (``agent.feeds`` only adds the shapes a user gives), so a model meets the same kind of inputs
 everywhere. Values are deterministic per seed: floats in [0, 1) (image-like and safe for log or
-sqrt), integers in [0, 10) (small enough for most index inputs), random booleans, the string
-``"a"``; a dimension that is symbolic or unknown becomes 1 unless ``shapes`` gives the input's shape.
+sqrt), integers in [0, 10) (small enough for most index inputs), random booleans, and one-letter
+strings ``"a"`` to ``"j"`` as a numpy ``U`` array (onnxruntime takes it for ``tensor(string)``, and
+``.npz`` stores it without pickle); a dimension that is symbolic or unknown becomes 1 unless
+``shapes`` gives the input's shape.
 
 Outputs are compared by the *model's* precision (fp32, fp16, int8: ``model_precision``): a float
 output may be off by a share of its own range (largest magnitude of the reference), an integer
-output (labels) may differ on a share of its elements. Backend selection, staging's golden check
-and shadow runs use this one policy.
+output (labels) may differ on a share of its elements; a string output must match exactly
+(runtimes hand strings back as ``object`` arrays, golden data keeps them as ``U`` arrays: both
+are compared as text). Backend selection, staging's golden check and shadow runs use this one
+policy.
 """
 
 from __future__ import annotations
@@ -88,6 +92,11 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any], precision: 
             continue  # non-tensor outputs (ONNX-ML maps) only run on onnxruntime: nothing to compare
         if value.shape != ref.shape:
             return OutputCheck(worst, f"output '{name}' has shape {list(value.shape)}, expected {list(ref.shape)}")
+        if _is_text(ref) or _is_text(value):
+            share = _text_mismatch(value, ref)
+            if share:
+                return OutputCheck(worst, f"output '{name}' differs on {share:.1%} of its strings")
+            continue
         if ref.dtype.kind in "iub":
             share = float(np.mean(value != ref)) if ref.size else 0.0
             if share > tolerance.int_mismatch:
@@ -107,7 +116,8 @@ def agreeing_rows(a: np.ndarray, b: np.ndarray, precision: str) -> np.ndarray:
     """Per sample (first axis; one sample for scalars), whether two same-shaped outputs agree.
 
     A classifier-like output (float, last axis > 1) agrees on the same top-1 class; another float
-    output within ``precision``'s share of ``a``'s range; anything else on equal values.
+    output within ``precision``'s share of ``a``'s range; anything else (labels, strings) on equal
+    values.
     """
     rows = a.shape[0] if a.ndim > 1 else 1
     a2, b2 = a.reshape(rows, -1), b.reshape(rows, -1)
@@ -154,6 +164,23 @@ def _relative_error(value: np.ndarray, ref: np.ndarray) -> float:
     return float(np.nanmax(diff)) / max(scale, 1e-6)
 
 
+def _is_text(value: np.ndarray) -> bool:
+    return value.dtype.kind in "US" or (value.dtype.kind == "O" and any(isinstance(v, str | bytes) for v in value.flat))
+
+
+def _as_text(value: np.ndarray) -> np.ndarray:
+    """Elements as ``str`` in an object array (bytes decoded as UTF-8, undecodable bytes kept distinct)."""
+    texts = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v) for v in value.flat]
+    return np.array(texts, dtype=object).reshape(value.shape)
+
+
+def _text_mismatch(value: np.ndarray, ref: np.ndarray) -> float:
+    """Share of elements whose text differs (1.0 when one side is not text at all)."""
+    if not (_is_text(value) and _is_text(ref)):
+        return 1.0
+    return float(np.mean(_as_text(value) != _as_text(ref))) if ref.size else 0.0
+
+
 def _shape(spec: TensorSpec) -> tuple[int, ...]:
     return tuple(d if isinstance(d, int) and d >= 0 else 1 for d in spec.shape)
 
@@ -166,10 +193,13 @@ def _dtype(name: str) -> np.dtype[Any]:
 
 
 def _draw(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-    if dtype.kind == "f":
+    if dtype.kind in "fc":
         return rng.random(shape).astype(dtype)
     if dtype.kind in "iu":
         return rng.integers(0, 10, size=shape).astype(dtype)
     if dtype.kind == "b":
         return rng.integers(0, 2, size=shape).astype(bool)
-    return np.full(shape, "a", dtype=object)
+    if dtype.kind in "OUS":  # strings: U, which onnxruntime takes (not S) and .npz keeps without pickle
+        letters = np.array(list("abcdefghij"))
+        return np.asarray(letters[rng.integers(0, len(letters), size=shape)])
+    raise ModelError(f"cannot synthesize inputs of dtype {dtype}")

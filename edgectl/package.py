@@ -132,14 +132,13 @@ def _golden_feeds(specs: list[TensorSpec], options: BuildOptions) -> dict[str, n
     unknown = sorted(set(options.input_shapes) - names)
     if unknown:
         raise UserError(f"--input-shape names {', '.join(unknown)}: the model's inputs are {', '.join(sorted(names))}")
-    if any(s.dtype == "object" for s in specs):
-        raise ModelError("the model takes strings: golden samples of strings are not supported yet")
     sample_specs = [
         InputSpec(s.name, np.dtype(s.dtype),
                   list(options.input_shapes.get(s.name) or [d if isinstance(d, int) else None for d in s.shape]))
         for s in specs
     ]
-    samples = list(SampleSet.from_dir(options.golden_dir, sample_specs, options.preprocess, limit=options.golden_samples))
+    samples = [_as_text(sample) for sample in
+               SampleSet.from_dir(options.golden_dir, sample_specs, options.preprocess, limit=options.golden_samples)]
     if len(samples) == 1:
         return samples[0]
     fixed = [s.name for s in specs if s.shape and isinstance(s.shape[0], int)]
@@ -150,6 +149,19 @@ def _golden_feeds(specs: list[TensorSpec], options: BuildOptions) -> dict[str, n
         return {s.name: np.concatenate([sample[s.name] for sample in samples]) for s in specs}
     except ValueError as exc:
         raise UserError(f"{options.golden_dir}: the golden samples differ in shape and cannot be stacked ({exc})") from exc
+
+
+def _as_text(sample: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """String samples as ``U`` arrays: onnxruntime takes them (not ``S``) and golden.npz keeps them without pickle."""
+    out = dict(sample)
+    for name, array in sample.items():
+        if array.dtype.kind == "S":
+            try:
+                out[name] = np.char.decode(array, "utf-8")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"golden input {name!r} holds bytes that are not UTF-8 ({exc.reason}): "
+                                "the runtime takes strings as UTF-8") from exc
+    return out
 
 
 def _record_golden(model_path: Path, feeds: dict[str, np.ndarray] | None, out: Path,

@@ -33,8 +33,9 @@ class InputSpec:
         return f"[{dims}] {self.dtype}"
 
     def fits(self, array: np.ndarray) -> bool:
-        """True when `array` has this input's rank, fixed dims and dtype."""
-        if array.dtype != self.dtype or array.ndim != len(self.shape):
+        """True when `array` has this input's rank, fixed dims and dtype (a string input: any U or S array)."""
+        text = self.dtype.kind == "O" and array.dtype.kind in "US"  # strings stored without pickle
+        if (array.dtype != self.dtype and not text) or array.ndim != len(self.shape):
             return False
         return all(d is None or d == a for d, a in zip(self.shape, array.shape, strict=False))
 

@@ -38,3 +38,16 @@ def test_inputs_are_golden_then_live_then_synthetic_up_to_the_minimum() -> None:
     assert all(f["x"].shape == (1, 4) and f["x"].dtype == np.float32 for f in feeds)
     again, _ = shadow_inputs(golden, live, SPEC)
     assert all(np.array_equal(a["x"], b["x"]) for a, b in zip(feeds, again, strict=False))  # reproducible
+
+
+def test_string_models_get_string_inputs_and_agree_on_equal_text() -> None:
+    specs = [TensorSpec("text", "object", ["N"])]
+    feeds, _ = shadow_inputs({"text": np.array(["cat", "dog"])}, [{"text": np.array(["x"], dtype=object)}], specs)
+    assert all(f["text"].dtype.kind in "UO" for f in feeds) and sum(len(f["text"]) for f in feeds) >= MIN_SAMPLES
+    upper = np.vectorize(lambda t: str(t).upper(), otypes=[object])
+    old = lambda feed: {"name": upper(feed["text"])}  # noqa: E731
+    new = lambda feed: {"name": np.where(feed["text"] == "dog", "CAT", upper(feed["text"]))}  # noqa: E731
+    result = measure_agreement(old, new, [{"text": np.array(["cat", "dog"])}])
+    assert (result.samples, result.agreement) == (1, 0.0)  # one batch without a second axis counts as one sample
+    result = measure_agreement(old, new, [{"text": np.array([["cat"], ["dog"]])}])
+    assert (result.samples, result.agreement) == (2, 0.5)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from agent.backends import TensorSpec
-from agent.errors import ModelError, UserError
+from agent.errors import ModelError
 from agent.tensors import agreeing_rows, compare_outputs, synthetic_feeds
 
 SPECS = [TensorSpec("image", "float32", ["batch", 3, 4, 4]), TensorSpec("ids", "int64", [None, 5]),
@@ -16,7 +18,7 @@ SPECS = [TensorSpec("image", "float32", ["batch", 3, 4, 4]), TensorSpec("ids", "
 def test_synthetic_feeds_are_deterministic_and_in_range() -> None:
     feeds = synthetic_feeds(SPECS)
     assert {k: (v.shape, v.dtype.kind) for k, v in feeds.items()} == {
-        "image": ((1, 3, 4, 4), "f"), "ids": ((1, 5), "i"), "mask": ((2,), "b"), "text": ((1,), "O")}
+        "image": ((1, 3, 4, 4), "f"), "ids": ((1, 5), "i"), "mask": ((2,), "b"), "text": ((1,), "U")}
     assert feeds["image"].min() >= 0 and feeds["image"].max() < 1  # safe for sqrt and log
     assert feeds["ids"].min() >= 0 and feeds["ids"].max() < 10
     again = synthetic_feeds(SPECS)
@@ -69,5 +71,40 @@ def test_one_generator_serves_build_and_probe_shapes() -> None:
     for name, value in synthetic_feeds(specs, 5, shapes=shapes).items():
         np.testing.assert_array_equal(built[name], value)
     assert built["x"].min() >= 0 and built["x"].max() < 1
-    with pytest.raises(UserError, match="takes strings"):
-        feeds.synthetic_feeds([TensorSpec("s", "object", [1])], {})
+    text = feeds.synthetic_feeds([TensorSpec("s", "object", ["n"])], {"s": (6,)})["s"]
+    assert text.dtype.kind == "U" and text.shape == (6,) and set(text.tolist()) <= set("abcdefghij")
+
+
+def test_synthetic_strings_are_u_arrays_that_npz_keeps_and_onnxruntime_takes(tmp_path: Path) -> None:
+    """Golden strings are stored without pickle (``U``), and onnxruntime runs them (it refuses ``S``)."""
+    import onnxruntime as ort
+
+    from tests.e2e.test_deploy_strings import words_model
+
+    feeds = synthetic_feeds([TensorSpec("text", "object", ["N"])], 1, shapes={"text": (8,)})
+    np.savez(tmp_path / "g.npz", **feeds)
+    with np.load(tmp_path / "g.npz", allow_pickle=False) as data:
+        loaded = data["text"]
+    assert loaded.dtype.kind == "U" and loaded.tolist() == feeds["text"].tolist()
+    session = ort.InferenceSession(str(words_model(tmp_path / "w.onnx")), providers=["CPUExecutionProvider"])
+    echo = session.run(["echo"], {"text": loaded})[0]
+    assert echo.dtype == object and compare_outputs({"echo": echo}, {"echo": loaded}, "fp32").problem is None
+    again = synthetic_feeds([TensorSpec("text", "object", ["N"])], np.random.default_rng(3), like={"text": loaded})
+    assert again["text"].dtype.kind == "U" and again["text"].shape == (8,)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_string_outputs_compare_exactly_whatever_the_precision(precision: str) -> None:
+    want = {"name": np.array(["CAT", "DOG", "café", ""])}  # golden data: U
+    got = {"name": np.array(["CAT", "DOG", "café", ""], dtype=object)}  # what a runtime returns
+    assert compare_outputs(got, want, precision).problem is None
+    got["name"][2] = "cafe"
+    assert compare_outputs(got, want, precision).problem == "output 'name' differs on 25.0% of its strings"
+    assert compare_outputs({"name": np.zeros(4)}, want, precision).problem == "output 'name' differs on 100.0% of its strings"
+    assert compare_outputs({"name": np.array([b"CAT", b"DOG", "café".encode(), b""], dtype=object)}, want,
+                           precision).problem is None
+
+
+def test_string_rows_agree_on_equal_text() -> None:
+    a = np.array([["x", "y"], ["z", "w"]], dtype=object)
+    assert agreeing_rows(a, np.array([["x", "y"], ["z", "W"]]), "int8").tolist() == [True, False]
