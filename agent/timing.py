@@ -54,8 +54,10 @@ MAX_ROUNDS = 400
 WARMUP_RUNS = 3
 ROUNDS_IN_BUDGET = 10  # blocks are sized so that the budget holds about this many rounds
 MAX_BLOCK_RUNS = 50
-P95_MARGIN = 0.05  # a tie goes to the lower p95 only when it is lower by more than this share
+P95_MARGIN = 0.05  # a tie goes to the lower p95 only when it is lower by more than this share, beyond the noise
 P95_MIN_RUNS = 20  # ... and only from this many runs each (below, the p95 is the slowest run: one outlier)
+BOOTSTRAP = 200  # resamples for the p95 ratio's interval (fixed seed: the same data gives the same answer)
+BOOTSTRAP_MAX_RUNS = 5000
 MEMORY_MARGIN = 0.10  # ... then to the lower memory when lower by more than this share
 MEMORY_FLOOR_MB = 4.0  # ... and by more than this many MiB
 
@@ -252,14 +254,15 @@ def _decide(names: Sequence[str], timings: tuple[Timing, ...], live: list[int], 
 def resolve_tie(tied: Sequence[int], timings: Sequence[Timing], memory: Memory) -> tuple[int, str]:
     """The fixed rule for candidates equally fast: lower p95, then lower memory, then the first in order.
 
-    Each step keeps the candidates within its margin of the best (so that noise in p95 or memory
-    does not flip the choice), and p95 counts only from ``P95_MIN_RUNS`` runs each; the rule named
+    Each step keeps the candidates within its margin of the best, so that noise does not flip the
+    choice: a p95 counts as higher only when a bootstrap 95% interval of its ratio to the lowest
+    lies wholly above ``1 + P95_MARGIN``, and only from ``P95_MIN_RUNS`` runs each. The rule named
     is the step that left one candidate.
     """
     left = sorted(tied)
     if all(len(timings[i].samples) >= P95_MIN_RUNS for i in left):
-        best_p95 = min(timings[i].p95_s for i in left)
-        left = [i for i in left if timings[i].p95_s <= best_p95 * (1 + P95_MARGIN)]
+        best = min(left, key=lambda i: timings[i].p95_s)
+        left = [i for i in left if i == best or _p95_ratio_low(timings[i], timings[best]) <= 1 + P95_MARGIN]
         if len(left) == 1:
             return left[0], "p95"
     known = {i: memory(i) for i in left}
@@ -269,3 +272,14 @@ def resolve_tie(tied: Sequence[int], timings: Sequence[Timing], memory: Memory) 
         if len(left) == 1:
             return left[0], "memory"
     return left[0], "order"
+
+
+def _p95_ratio_low(slow: Timing, fast: Timing) -> float:
+    """Lower end of a bootstrap 95% interval of ``slow``'s p95 over ``fast``'s."""
+    rng = np.random.default_rng(0)
+
+    def resampled(samples: tuple[float, ...]) -> np.ndarray:
+        runs = np.asarray(samples, np.float64)[-BOOTSTRAP_MAX_RUNS:]
+        return np.percentile(runs[rng.integers(0, len(runs), (BOOTSTRAP, len(runs)))], 95, axis=1)
+
+    return float(np.percentile(resampled(slow.samples) / resampled(fast.samples), 2.5))

@@ -102,7 +102,8 @@ def _print(report: dict[str, Any]) -> None:
 
 
 def _print_selection(console: Console, selection: dict[str, Any]) -> None:
-    table = Table(title=f"{Path(selection['model']).name} ({selection['precision']}): chose {selection['backend']}")
+    table = Table(title=f"{Path(selection['model']).name} ({selection['precision']}): chose {selection['backend']}"
+                        f"{_decision(selection.get('decision'))}")
     table.add_column("backend", no_wrap=True)
     for column in ("status", "placement", "median ms", "p95 ms", "runs", "max rel err", "note"):
         table.add_column(column)
@@ -121,3 +122,13 @@ def _print_selection(console: Console, selection: dict[str, Any]) -> None:
             fig.get("reason", ""),
         )
     console.print(table)
+
+
+def _decision(decision: dict[str, Any] | None) -> str:
+    """How the pick was decided: faster beyond the noise, or a tie and the rule that broke it."""
+    if not decision or decision.get("ratio") is None:
+        return ""
+    low, high = (f"{v:.2f}" if v is not None else "?" for v in decision["interval"])
+    how = f"tie, broken by {decision['rule']}" if decision["tie"] else "faster"
+    return (f"\n{how}: {decision['runner_up']} {decision['ratio']:.2f}x [{low}, {high}] "
+            f"at {decision['confidence']:.0%}, {decision['blocks']} blocks")

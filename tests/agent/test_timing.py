@@ -134,9 +134,18 @@ def test_tie_rule_without_enough_runs_skips_p95() -> None:
     assert resolve_tie([0, 1], few, lambda i: None) == (0, "order")
     assert resolve_tie([0, 1], few, [80.0, 40.0].__getitem__) == (1, "memory")
     assert resolve_tie([0, 1], few, [40.0, 42.0].__getitem__) == (0, "order")  # within 4 MiB: alike
-    many = Timing(tuple([0.01] * 19 + [0.05]), {}), Timing(tuple([0.01] * 20), {})
+    many = Timing(tuple([0.01] * 17 + [0.05] * 3), {}), Timing(tuple([0.01] * 20), {})
     assert resolve_tie([0, 1], many, lambda i: None) == (1, "p95")
     assert resolve_tie([1, 0], many[::-1], [5.0, 5.0].__getitem__) == (0, "p95")
+
+
+def test_p95_that_differs_only_by_noise_does_not_decide() -> None:
+    """Two draws of one distribution: their p95s differ, but not beyond the noise, so memory decides."""
+    rng = np.random.default_rng(11)
+    a, b = (Timing(tuple(rng.lognormal(-4.6, 0.4, 60).tolist()), {}) for _ in range(2))
+    assert abs(a.p95_s / b.p95_s - 1) > 0.05  # the plain p95 rule would have picked by noise
+    assert resolve_tie([0, 1], (a, b), [80.0, 40.0].__getitem__) == (1, "memory")
+    assert resolve_tie([0, 1], (a, b), lambda i: None) == (0, "order")
 
 
 def test_memory_is_asked_only_for_a_tie_that_reaches_it() -> None:
