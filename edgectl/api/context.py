@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import Counter as PromCounter
 
 from agent.protocol.envelope import TrustedKeys
 from edgectl.api.accounts import Accounts
 from edgectl.controller.store import Store
 from edgectl.controller.store_console import ConsoleStore
 
-__all__ = ["ApiContext", "StoreTimer"]
+__all__ = ["ApiContext", "ApiMetrics", "StoreTimer"]
 
 STORE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -36,6 +37,20 @@ class StoreTimer:
             self.histogram.labels(query).observe(time.perf_counter() - start)
 
 
+class ApiMetrics:
+    """Request counters and timings of the API itself."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = PromCounter("edgectl_api_requests", "API requests answered.", ["method", "route", "status"],
+                                    registry=registry)
+        self.seconds = Histogram("edgectl_api_request_seconds", "Time to answer an API request.", ["route"],
+                                 registry=registry)
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.seconds.labels(route).observe(seconds)
+
+
 @dataclass
 class ApiContext:
     store: Store
@@ -47,9 +62,11 @@ class ApiContext:
     metrics_open: bool = False
     controller: Any = None  # the Controller service when the API runs inside `controller run`
     timer: StoreTimer = field(init=False)
+    requests: ApiMetrics = field(init=False)
 
     def __post_init__(self) -> None:
         self.timer = StoreTimer(self.registry)
+        self.requests = ApiMetrics(self.registry)
 
     @property
     def console(self) -> ConsoleStore:

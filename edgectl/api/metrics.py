@@ -13,8 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client import Counter as PromCounter
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -22,7 +21,7 @@ from edgectl.api.context import ApiContext
 from edgectl.controller.records import ACTIVE, RolloutStatus
 from edgectl.fleet import rollout_gates, rollout_summary, rollout_waves
 
-__all__ = ["METRICS", "ApiMetrics", "FleetCollector", "render"]
+__all__ = ["METRICS", "FleetCollector", "render"]
 
 LAG_WINDOW_S = 60.0
 METRICS = (
@@ -32,20 +31,6 @@ METRICS = (
     "edgectl_store_query_seconds", "edgectl_api_requests_total", "edgectl_api_request_seconds",
     "edgectl_ingest_queue_messages", "edgectl_ingested_messages_total", "edgectl_dropped_messages_total",
 )
-
-
-class ApiMetrics:
-    """Request counters and timings of the API itself."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = PromCounter("edgectl_api_requests", "API requests answered.", ["method", "route", "status"],
-                                    registry=registry)
-        self.seconds = Histogram("edgectl_api_request_seconds", "Time to answer an API request.", ["route"],
-                                 registry=registry)
-
-    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
-        self.seconds.labels(route).observe(seconds)
 
 
 class FleetCollector(Collector):

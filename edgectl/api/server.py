@@ -25,7 +25,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from agent.errors import ConfigError, EdgeError, NotFoundError, OperationFailed, UserError, VerificationError
 from agent.serving.access import is_loopback
 from edgectl.api.context import ApiContext
-from edgectl.api.metrics import ApiMetrics
 from edgectl.api.router import ApiError, Request, Response, Route, Router, check_body, check_query
 
 __all__ = ["ApiServer", "parse_listen", "server_tls"]
@@ -89,7 +88,6 @@ class ApiServer:
         if not is_loopback(host) and tls is None:
             log.warning("REST API on %s:%d without TLS (api.insecure: true): tokens travel in clear text", host, port)
         self.ctx, self.router, self.tls = ctx, Router(routes), tls
-        self.metrics = ApiMetrics(ctx.registry)
         self.httpd = ThreadingHTTPServer((host, port), _handler(self))
         self.httpd.daemon_threads = True
         if tls is not None:  # the handshake happens in the request's thread, not in accept()
@@ -142,7 +140,7 @@ class ApiServer:
             if upload is not None:
                 shutil.rmtree(upload.parent, ignore_errors=True)
         self._send(handler, response)
-        self.metrics.observe(handler.command, route.path if route else "unmatched", response.status,
+        self.ctx.requests.observe(handler.command, route.path if route else "unmatched", response.status,
                              time.perf_counter() - start)
 
     def _authorize(self, route: Route, request: Request) -> None:
