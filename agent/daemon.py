@@ -155,7 +155,7 @@ class Agent:
         verdict, self._crash_loop = self._crash_loop, None
         if verdict is not None:
             gone = verdict.rolled_back
-            self._event("none", "rollback", "rolled-back", verdict.detail(),
+            self._event(verdict.deployment_id or "none", "rollback", "rolled-back", verdict.detail(),
                         {"model": gone.name, "version": gone.version, "crash_loop_deaths": verdict.deaths})
 
     def _load_active(self) -> None:

@@ -12,6 +12,10 @@ At start, before anything loads the active model, :meth:`CrashLoopGuard.admit` r
 previous model once the active one has died ``max_deaths`` times within ``window_s``; the agent
 reports that as a rollback event. Without this a model that kills the agent on load is loaded
 first again on every restart, forever.
+
+The event carries the id of the deployment that installed the model, so that a rollout can link
+it: the run that ACTIVATE guards names its deployment, and the record keeps that id per model
+(``installs``, the most recent :data:`MAX_INSTALLS` models) for the runs after later restarts.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ from typing import Any
 from agent.deploy.slots import ActiveModel, Slots
 from agent.durable import atomic_write_json, read_json
 
-__all__ = ["EXIT_HUNG", "CrashLoopGuard", "GuardPolicy", "Verdict"]
+__all__ = ["EXIT_HUNG", "MAX_INSTALLS", "CrashLoopGuard", "GuardPolicy", "Verdict"]
 
 log = logging.getLogger(__name__)
 
 EXIT_HUNG = 75  # the process ends itself after a model run outlasts its deadline (EX_TEMPFAIL: restart me)
-_SCHEMA = 1
+_SCHEMA = 1  # "installs" was added later: a record without it reads as one that knows no deployment
+MAX_INSTALLS = 8  # models whose deployment id the record keeps (a device holds two; a few more cost nothing)
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Verdict:
     active: ActiveModel | None
     deaths: int
     window_s: float
+    deployment_id: str | None = None  # the deployment that installed ``rolled_back``, when the record knows it
 
     def detail(self) -> str:
         now = f"{self.active.name} v{self.active.version}" if self.active else "no model"
@@ -83,9 +89,11 @@ class CrashLoopGuard:
     def _read(self) -> dict[str, Any]:
         raw = read_json(self.path)
         if not isinstance(raw, dict) or raw.get("schema") != _SCHEMA:
-            return {"schema": _SCHEMA, "armed": None, "deaths": {}}
+            return {"schema": _SCHEMA, "armed": None, "deaths": {}, "installs": {}}
         deaths = raw.get("deaths")
         raw["deaths"] = {str(k): [float(t) for t in v] for k, v in deaths.items()} if isinstance(deaths, dict) else {}
+        installs = raw.get("installs")
+        raw["installs"] = {str(k): str(v) for k, v in installs.items()} if isinstance(installs, dict) else {}
         return raw
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -120,6 +128,11 @@ class CrashLoopGuard:
         horizon = self.clock() - self.policy.window_s
         return sum(1 for t in self._read()["deaths"].get(sha, []) if t >= horizon)
 
+    def deployment_of(self, sha: str) -> str | None:
+        """The id of the deployment that installed this model, when a guarded run recorded it."""
+        installs: dict[str, str] = self._read()["installs"]
+        return installs.get(sha)
+
     def tripped(self, sha: str) -> bool:
         return self.deaths(sha) >= self.policy.max_deaths
 
@@ -130,19 +143,30 @@ class CrashLoopGuard:
         if active is None or not self.tripped(active.manifest_sha256):
             return None
         now = slots.roll_back()
-        verdict = Verdict(active, now, self.deaths(active.manifest_sha256), self.policy.window_s)
+        sha = active.manifest_sha256
+        verdict = Verdict(active, now, self.deaths(sha), self.policy.window_s, self.deployment_of(sha))
         log.error("%s", verdict.detail())
         return verdict
 
     # -- guarded runs --------------------------------------------------------------------------------
 
     @contextmanager
-    def watch(self, model: ActiveModel) -> Iterator[None]:
-        """Arm the guard (durably) for a run of ``model`` in this process; disarm when it ends, whatever the outcome."""
+    def watch(self, model: ActiveModel, deployment_id: str | None = None) -> Iterator[None]:
+        """Arm the guard (durably) for a run of ``model`` in this process; disarm when it ends, whatever the outcome.
+
+        ``deployment_id``: the deployment installing ``model`` (ACTIVATE knows it); recorded for this
+        and every later run of the model, so that a crash-loop rollback names it.
+        """
         what = f"{model.name} v{model.version}"
+        sha = model.manifest_sha256
         with self._lock:
             record = self._read()
-            record["armed"] = {"sha": model.manifest_sha256, "what": what, "since": self.clock()}
+            installs = record["installs"]
+            if deployment_id:
+                installs.pop(sha, None)  # re-inserted last: the oldest entries are the ones dropped
+                installs[sha] = deployment_id
+                record["installs"] = dict(list(installs.items())[-MAX_INSTALLS:])
+            record["armed"] = {"sha": sha, "what": what, "since": self.clock(), "deployment_id": installs.get(sha)}
             self._write(record)
         timer = threading.Timer(self.policy.run_timeout_s, self._hung, (model.manifest_sha256, what))
         timer.daemon = True

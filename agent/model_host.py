@@ -63,11 +63,13 @@ class ModelHost:
             return {}, {}
         return load_golden(self.slots.dir(active.slot) / manifest.golden)
 
-    def load(self, active: ActiveModel, remeasure: bool = False) -> LoadedModel:
-        """Choose a backend for ``active`` (cached by model, hardware and runtimes) and publish it."""
+    def load(self, active: ActiveModel, remeasure: bool = False, deployment_id: str | None = None) -> LoadedModel:
+        """Choose a backend for ``active`` (cached by model, hardware and runtimes) and publish it.
+
+        ``deployment_id``: the deployment installing ``active``, for the crash-loop guard's record."""
         manifest = self.manifest_of(active)
         inputs, expected = self.golden_of(active, manifest)
-        with self.guard.watch(active) if self.guard else contextlib.nullcontext():
+        with self.guard.watch(active, deployment_id) if self.guard else contextlib.nullcontext():
             selection = select_backend(
                 self.slots.dir(active.slot) / manifest.model,
                 hardware=self.hardware,

@@ -130,7 +130,7 @@ class Steps:
         model = self._new_model(deployment)
         self.slots.activate(model)
         try:
-            loaded = self.host.load(model)
+            loaded = self.host.load(model, deployment_id=deployment.deployment_id)
         except EdgeError as exc:
             return self._fail(deployment, f"activate: {exc}")
         deployment.learn(backend=loaded.selection.backend, selection=loaded.selection.to_dict())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 from agent.deploy.slots import ActiveModel, Slots
-from agent.guard import CrashLoopGuard, GuardPolicy
+from agent.guard import MAX_INSTALLS, CrashLoopGuard, GuardPolicy
 from tests.checkout import checkout_env
 from tests.fleet import wait_for
 
@@ -102,3 +103,33 @@ def test_a_run_past_its_deadline_counts_as_a_death(tmp_path: Path) -> None:
     with guard.watch(V1):
         time.sleep(0.05)  # a run that ends in time is not
     assert guard.deaths(V1.manifest_sha256) == 0
+
+
+def test_the_rollback_names_the_deployment_that_installed_the_model(tmp_path: Path) -> None:
+    """ACTIVATE's run names its deployment; later runs (after restarts, in other processes) find it in the record."""
+    slots = Slots(tmp_path)
+    slots.activate(V1)
+    slots.activate(V2)
+    clock = Clock()
+    guard = CrashLoopGuard(tmp_path, GuardPolicy(max_deaths=2, window_s=600), clock)
+    with guard.watch(V2, "rollout-42"):
+        pass  # ACTIVATE's load: it survived, the model was committed
+    _die_while_armed(tmp_path)  # later loads of V2 (after restarts) know no deployment id themselves
+    assert guard.admit(slots) is None
+    clock.now += 10
+    _die_while_armed(tmp_path)
+    verdict = guard.admit(slots)
+    assert verdict is not None and verdict.rolled_back == V2 and verdict.deployment_id == "rollout-42"
+
+
+def test_the_record_keeps_the_deployments_of_the_last_few_models_only(tmp_path: Path) -> None:
+    guard = CrashLoopGuard(tmp_path, GuardPolicy())
+    models = [ActiveModel("a", "m", v, f"{v:064d}") for v in range(1, MAX_INSTALLS + 3)]
+    for model in models:
+        with guard.watch(model, f"d-{model.version}"):
+            pass
+    with guard.watch(models[0]):  # a run that names no deployment adds nothing
+        pass
+    assert guard.deployment_of(models[0].manifest_sha256) is None
+    assert guard.deployment_of(models[-1].manifest_sha256) == f"d-{models[-1].version}"
+    assert len(json.loads((tmp_path / "guard.json").read_text())["installs"]) == MAX_INSTALLS
