@@ -102,6 +102,16 @@ class Browser:
                 return None
         return str(self.wait(lambda: read() is not None and read(), 10, f"text of {selector}"))
 
+    def enabled(self, selector: str) -> bool:
+        """Whether the element is an enabled control, read in one script (live updates may replace it any time)."""
+        return bool(self.js("const el = document.querySelector(arguments[0]); if (!el) throw new Error('no ' + arguments[0]);"
+                            " return !el.disabled;", selector))
+
+    def attributes(self, selector: str, name: str) -> list[str]:
+        """Attribute ``name`` of every element matching ``selector``, read in one script."""
+        return [str(v) for v in self.js("return [...document.querySelectorAll(arguments[0])].map((el) => el.getAttribute("
+                                        "arguments[1]));", selector, name)]
+
     def click(self, selector: str) -> None:
         self.wait(lambda: self._click(selector), 10, f"clicking {selector}")
 
@@ -146,5 +156,13 @@ class Browser:
             return []
 
     def screenshot(self, path: Path) -> None:
+        """The whole page (up to 1600 px high) as a PNG."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.driver.save_screenshot(str(path))
+        size = self.driver.get_window_size()
+        height = int(self.js("return document.documentElement.scrollHeight"))
+        self.driver.set_window_size(size["width"], min(1600, max(size["height"], height + 140)))
+        try:
+            time.sleep(0.3)
+            self.driver.save_screenshot(str(path))
+        finally:
+            self.driver.set_window_size(size["width"], size["height"])

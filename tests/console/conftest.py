@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from tests.fleet import EdgectlHome, wait_for
 PROFILES = {"cpu-x86": 3, "nnapi": 2, "jetson-orin": 2}
 ROLES = ("viewer", "operator", "admin")
 # Set to a folder to save screenshots of the main pages there (scripts/screenshots sets it to docs/images).
-SCREENSHOTS = os.environ.get("EDGECTL_SCREENSHOTS")
+SCREENSHOTS = os.environ.get("CONSOLE_SCREENSHOTS")
 
 
 @dataclass
@@ -140,7 +141,8 @@ def browser(plane: ConsolePlane) -> Iterator[Browser]:
         started.close()
 
 
-def screenshot(browser: Browser, name: str) -> None:
-    """Save the page as docs/images/console-NAME.png when EDGECTL_SCREENSHOTS names a folder."""
+def screenshot(browser: Browser, name: str, settle_s: float = 0.0) -> None:
+    """Save the page as console-NAME.png in the folder CONSOLE_SCREENSHOTS names, if any (after ``settle_s``)."""
     if SCREENSHOTS:
+        time.sleep(settle_s)
         browser.screenshot(Path(SCREENSHOTS) / f"console-{name}.png")

@@ -67,20 +67,19 @@ def test_sign_in_and_see_the_simulated_fleet(plane: ConsolePlane, browser: Brows
     for profile, count in PROFILES.items():
         assert f"{profile}\n{count}" in targets, targets
     assert browser.text("#who") == "operator (operator)"
-    screenshot(browser, "fleet")
 
     browser.go("/devices", ready="devices")
-    assert len(browser.all("#devices-table tbody tr")) == total
+    assert len(browser.attributes("#devices-table tbody tr", "data-device")) == total
     screenshot(browser, "devices")
-    browser.css("#device-filters select[name=target] option[value=nnapi]").click()
+    browser.click("#device-filters select[name=target] option[value=nnapi]")
     browser.click("#device-filters button[type=submit]")
     browser.wait(lambda: browser.text("#page-info") == "1–2 of 2", 20, "the server-side target filter")
-    assert [r.get_attribute("data-device") for r in browser.all("#devices-table tbody tr")] == ["sim-nnapi-000", "sim-nnapi-001"]
+    assert browser.attributes("#devices-table tbody tr", "data-device") == ["sim-nnapi-000", "sim-nnapi-001"]
 
     browser.click("a[href='#/devices/sim-nnapi-000']")
     browser.ready("device")
     assert browser.text("#device-model") == "none"
-    assert {f.get_attribute("data-chart") for f in browser.all("figure[data-chart]")} == {
+    assert set(browser.attributes("figure[data-chart]", "data-chart")) == {
         "Inference latency", "Inference rate", "CPU", "Memory"}
 
 
@@ -119,8 +118,15 @@ def test_start_a_rollout_from_the_console_and_watch_it_reach_done(plane: Console
 
     browser.go("/devices/sim-cpu-x86-000", ready="device")
     browser.wait(lambda: browser.text("#device-model") == "classifier v1", 20, "the device page showing its new model")
-    browser.wait(lambda: browser.all("figure[data-chart='Inference latency'] svg path"), 20, "a latency line")
-    screenshot(browser, "device")
+    for chart in ("Inference latency", "Inference rate", "CPU", "Memory"):
+        line = f"figure[data-chart='{chart}'] svg path"
+        browser.wait(lambda line=line: browser.all(line), 20, f"a line in {chart}")  # type: ignore[misc]
+    screenshot(browser, "device", settle_s=15)  # some history in the charts
+
+    browser.go("/", ready="fleet")
+    by_model = "[data-breakdown='By model version']"
+    browser.wait(lambda: "classifier@1\n3" in browser.text(by_model), 20, "3 devices on classifier@1")
+    screenshot(browser, "fleet")
 
 
 def test_pause_and_abort_a_rollout_with_confirmation(plane: ConsolePlane, browser: Browser) -> None:
@@ -137,14 +143,14 @@ def test_pause_and_abort_a_rollout_with_confirmation(plane: ConsolePlane, browse
     browser.click("[data-action=pause]")
     browser.click("#confirm-ok")
     _wait_status(browser, "paused")
-    assert not browser.css("[data-action=pause]").is_enabled() and browser.css("[data-action=resume]").is_enabled()
+    assert not browser.enabled("[data-action=pause]") and browser.enabled("[data-action=resume]")
 
     browser.click("[data-action=abort]")
     assert "roll back" in browser.text("#confirm-text")
     browser.click("#confirm-ok")
     _wait_status(browser, "aborted")
     assert _same_page(browser)
-    assert all(not b.is_enabled() for b in browser.all("#rollout-actions button"))
+    assert browser.attributes("#rollout-actions button", "disabled") == [""] * 4  # all four disabled
     audit = plane.api("GET", f"/audit?rollout_id={rollout_id}", "viewer")[1]
     actions = [(a["action"], a["actor"]) for a in audit["entries"]]
     assert ("pause requested", "api:operator") in actions and ("abort requested", "api:operator") in actions, actions
@@ -155,10 +161,10 @@ def test_a_viewer_cannot_abort(plane: ConsolePlane, browser: Browser) -> None:
     try:
         browser.sign_in(plane.tokens["viewer"])
         assert browser.text("#who") == "viewer (viewer)"
+        assert browser.text("[data-card=active-rollouts] .big") == "1"
         browser.go(f"/rollouts/{rollout_id}", ready="rollout")
         _wait_status(browser, "running")
-        abort = browser.css("[data-action=abort]")
-        assert not abort.is_enabled()
+        assert not browser.enabled("[data-action=abort]")
         assert "viewer" in browser.text("#rollout-actions")
         browser.go("/rollouts", ready="rollouts")
         assert not browser.all("#new-rollout")

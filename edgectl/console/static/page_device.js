@@ -77,7 +77,7 @@ function draw(body, d, reports) {
           h("dt", "Inference URL"), h("dd", d.inference_url || "–"),
           h("dt", "Last seen"), h("dd", `${fmtAgo(d.last_seen)} (${fmtTime(d.last_seen)})`))),
       h("section.panel", h("h2", "Events"), timeline(d))),
-    h("div.grid2",
+    h("div.charts",
       h("section.panel", lineChart("Inference latency", [{ name: "p50", points: s.p50 }, { name: "p95", points: s.p95 }], "ms")),
       h("section.panel", lineChart("Inference rate", [{ name: "requests/s", points: s.rate }], "req/s")),
       h("section.panel", lineChart("CPU", [{ name: "cpu", points: s.cpu }], "%", { yMax: 100 })),
@@ -90,7 +90,10 @@ function hardwareLine(hw) {
   if (hw.cpu && hw.cpu.model) parts.push(hw.cpu.model);
   if (hw.memory_mb) parts.push(`${fmtNumber(hw.memory_mb, 0)} MB`);
   if (hw.accelerators && hw.accelerators.length) parts.push(hw.accelerators.map((a) => a.kind || a.name || a).join(", "));
-  return parts.join(" · ") || JSON.stringify(hw).slice(0, 160);
+  if (!parts.length) {
+    for (const [k, v] of Object.entries(hw)) if (typeof v !== "object") parts.push(`${k} ${v}`);
+  }
+  return parts.join(" · ") || "–";
 }
 
 function timeline(d) {

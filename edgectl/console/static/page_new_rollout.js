@@ -21,7 +21,7 @@ export async function mount(main, _args, params, ctx) {
       h("legend", "Packages (one per target; each device gets the variant for its target)"),
       packages.length ? packages.map((p) => h("label",
         h("input", { type: "checkbox", name: "packages", value: p.variant, checked: preselected.has(p.variant) }),
-        `${p.label} (target ${p.target})`)) : h("p.muted", "No package yet: upload one on the Packages page.")),
+        `${p.label} · ${fmtBytes(p.size)}`)) : h("p.muted", "No package yet: upload one on the Packages page.")),
     h("div.row",
       h("label", "Devices (selector)", h("input", { name: "selector", value: params.get("selector") || "all",
         placeholder: "all, target=nnapi, group=lab" })),
