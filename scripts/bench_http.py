@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -27,6 +28,8 @@ from agent.deploy.download import Download
 from agent.deploy.http_fetch import HttpFetch, HttpSettings
 from agent.protocol.chunks import chunk_digests
 from agent.protocol.manifest import PayloadInfo
+
+__all__ = ["GOAL", "measure"]
 
 GOAL = 0.8
 
@@ -63,12 +66,8 @@ def _agent(url: str, payload: PayloadInfo, workdir: Path) -> float:
     return took
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=64, help="payload size in MiB (default 64)")
-    parser.add_argument("--chunk-kib", type=int, default=64, help="signed chunk size in KiB (default 64, as packages)")
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+def measure(mb: int = 64, chunk_kib: int = 64, runs: int = 5) -> dict[str, Any]:
+    """Best-of-``runs`` seconds for curl and for the agent's fetch of the same ``mb`` MiB file, interleaved."""
     if shutil.which("curl") is None:
         raise SystemExit("curl is not installed: apt-get install curl")
     with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
@@ -76,25 +75,35 @@ def main() -> None:
         root.mkdir()
         source = root / "payload"
         with source.open("wb") as f:
-            for _ in range(args.mb):
+            for _ in range(mb):
                 f.write(os.urandom(1 << 20))
-        size, chunk = source.stat().st_size, args.chunk_kib * 1024
+        size, chunk = source.stat().st_size, chunk_kib * 1024
         whole, chunks = chunk_digests(source, chunk)
         payload = PayloadInfo(size, whole, chunk, tuple(chunks))
         server, base = _serve(root)
         url = f"{base}/payload"
         try:
             curl_runs, agent_runs = [], []
-            for i in range(args.runs):  # interleaved, so a busy moment on a shared machine hits both
+            for i in range(runs):  # interleaved, so a busy moment on a shared machine hits both
                 curl_runs.append(_curl(url, Path(tmp) / "curl.out"))
                 agent_runs.append(_agent(url, payload, Path(tmp) / f"agent-{i}"))
-            curl_s, agent_s = min(curl_runs), min(agent_runs)
         finally:
             server.terminate()
             server.wait(10)
-    mb = size / 1e6
-    ratio = curl_s / agent_s
-    print(f"payload {mb:.1f} MB in {len(chunks)} chunks of {args.chunk_kib} KiB, best of {args.runs} runs, loopback")
+    curl_s, agent_s = min(curl_runs), min(agent_runs)
+    return {"size": size, "chunks": len(chunks), "chunk_kib": chunk_kib, "runs": runs, "curl_s": curl_s, "agent_s": agent_s,
+            "ratio": curl_s / agent_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=64, help="payload size in MiB (default 64)")
+    parser.add_argument("--chunk-kib", type=int, default=64, help="signed chunk size in KiB (default 64, as packages)")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    got = measure(args.mb, args.chunk_kib, args.runs)
+    mb, curl_s, agent_s, ratio = got["size"] / 1e6, got["curl_s"], got["agent_s"], got["ratio"]
+    print(f"payload {mb:.1f} MB in {got['chunks']} chunks of {args.chunk_kib} KiB, best of {args.runs} runs, loopback")
     print(f"curl:  {curl_s:.3f} s  {mb / curl_s:8.1f} MB/s")
     print(f"agent: {agent_s:.3f} s  {mb / agent_s:8.1f} MB/s  (Range requests, sha256 per chunk, pwrite, fsync)")
     print(f"agent/curl throughput: {ratio:.2f} (goal >= {GOAL}: {'met' if ratio >= GOAL else 'NOT met'})")
