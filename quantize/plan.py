@@ -32,6 +32,9 @@ class Plan:
 def plan_recipes(mode: Mode, profile: Any, cpu: CpuFeatures, keep_io_types: bool, notes: list[str],
                  registry: Any = None) -> Plan:
     """The plan for `mode` on the target `profile` (a targets.TargetProfile)."""
+    if getattr(profile, "unsupported", None) is not None:
+        raise UserError(f"target {profile.name} cannot run ONNX models ({profile.unsupported.reason}); "
+                        f"see `edgectl targets show {profile.name}` for the conversion path")
     providers = [ep.name for ep in profile.execution_providers]
     family = family_of(providers, registry) if registry is not None else family_of(providers)
     policy = profile.precision

@@ -86,3 +86,15 @@ def test_unmeetable_budget_exits_5_with_best_figure_and_writes_nothing(tmp_path:
     assert proc.returncode == 5, proc.stderr
     assert "accuracy budget not met: best" in proc.stderr and "nothing written" in proc.stderr
     assert not out.exists() and not list(tmp_path.glob(".out.onnx*")) and not (tmp_path / "out.quant.json").exists()
+
+
+def test_target_that_runs_no_onnx_is_refused_with_the_way_out(cnn_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out.onnx"
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgectl.cli.main", "quantize", str(cnn_path), "--target", "edgetpu", "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot run ONNX models" in lines[0] and "targets show edgetpu" in lines[0]
+    assert not out.exists()
