@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 # Largest allowed max|got - want| / max|want| per model precision (the policy lives in agent.tensors).
 TOLERANCE = {precision: tolerance.relative for precision, tolerance in TOLERANCES.items()}
 _SCHEMA = 1
+SETTLE_S = 0.01  # idle before each timed block: OpenVINO ran 2x slower right after an onnxruntime run than 0.2 s later
 
 
 class Status(str, Enum):
@@ -281,7 +282,8 @@ def _time(model_path: Path, active: list[tuple[Runner, int]], figures: list[Figu
 
     def run_block(index: int, runs: int) -> list[float]:
         runner = active[index][0]
-        if runs > 1:  # uncounted: the runtime timed just before may still spin its threads (onnxruntime does)
+        time.sleep(SETTLE_S)  # the runtime timed just before may still spin its threads (onnxruntime does)
+        if runs > 1:  # uncounted, for the same reason
             runner.infer(feeds, check=False)
         times = []
         for _ in range(runs):
