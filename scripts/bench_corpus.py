@@ -45,6 +45,20 @@ from agent.timing import Interval, ratio_interval  # noqa: E402
 from tests.corpus import CORPUS, write_corpus  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "models"
+
+
+def _audio(samples: int, **state: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """A voice-activity model's inputs: one chunk of audio, zero recurrent state."""
+    feeds = {"input": np.random.default_rng(0).uniform(-0.5, 0.5, (1, samples)).astype(np.float32)}
+    return feeds | {name: np.zeros(shape, np.float32) for name, shape in state.items()}
+
+
+# Inputs for shared models that generated ones cannot serve (a sequence length to choose, a sample rate of 16000).
+SHARED_FEEDS = {
+    "silero_vad.onnx": lambda: _audio(576, state=(2, 1, 128)) | {"sr": np.array(16000, np.int64)},
+    "silero_vad_16k_op15.onnx": lambda: _audio(576, state=(2, 1, 128)) | {"sr": np.array(16000, np.int64)},
+    "silero_vad_v3.1_2021_with_attention.onnx": lambda: _audio(1536, h0=(2, 1, 64), c0=(2, 1, 64)),
+}
 GOAL = 1.05
 SECTIONS = {"corpus": "backend pick stability (generated corpus)", "shared": "backend pick stability (shared models)",
             "all": "backend pick stability (corpus and shared models)"}
@@ -99,7 +113,8 @@ def models(which: str, only: list[str], workdir: Path) -> list[tuple[str, str, P
     if which in ("corpus", "all"):
         found += [(name, "corpus", path, CORPUS[name].feeds()) for name, path in write_corpus(workdir).items()]
     if which in ("shared", "all") and MODELS.is_dir():
-        found += [(f"{p.parent.name}/{p.name}", "shared", p, None) for p in sorted(MODELS.glob("*/*.onnx"))]
+        found += [(f"{p.parent.name}/{p.name}", "shared", p, SHARED_FEEDS[p.name]() if p.name in SHARED_FEEDS else None)
+                  for p in sorted(MODELS.glob("*/*.onnx"))]
     return [m for m in found if not only or any(o in m[0] for o in only)]
 
 
