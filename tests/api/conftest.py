@@ -61,7 +61,11 @@ class ApiPlane(ControlPlane):
         self.port = free_port()
         self.process = ApiControllerProcess(self.home, self.home.path.parent / "controller.log",
                                             extra=["--http", f"127.0.0.1:{self.port}", *extra]).start()
-        wait_for(lambda: self._healthy(), 60, "the controller's API")
+        try:  # a loaded 2-core box can take a while to import and start the controller
+            wait_for(lambda: self._healthy(), 120, "the controller's API")
+        except AssertionError as exc:
+            log = self.process.log.read_text(errors="replace")[-3000:] if self.process.log.exists() else "(no log)"
+            raise AssertionError(f"{exc}; controller log:\n{log}") from None
         return self.process
 
     def _healthy(self) -> bool:
