@@ -217,12 +217,12 @@ def select_backend(
         if cached is not None:
             return cached
     precision = precision or model_precision(model_path)
-    figures, decision = _measure(model_path, list(candidates), golden, expected, precision, time_budget_s, progress,
-                                 registry)
-    if decision is None:
+    figures, decided = _measure(model_path, list(candidates), golden, expected, precision, time_budget_s, progress,
+                                registry)
+    if decided is None:
         reasons = "; ".join(f"{f.backend}: {f.reason}" for f in figures)
         raise OperationFailed(f"{model_path.name}: no backend passed: {reasons}")
-    best = next(i for i, f in enumerate(figures) if f.status is Status.OK and f.backend == decision.winner)
+    best, decision = decided
     figures = [replace(f, chosen=i == best) for i, f in enumerate(figures)]
     chosen = figures[best].candidate
     selection = Selection(model_path, sha, chosen, tuple(figures), key, precision, decision=decision)
@@ -248,8 +248,9 @@ def _measure(
     budget_s: float,
     progress: Callable[[str], None] | None,
     registry: BackendRegistry | None,
-) -> tuple[list[Figure], Decision | None]:
-    """Figures for every candidate (load, verify placement and outputs, time) and the decision (None: none passed)."""
+) -> tuple[list[Figure], tuple[int, Decision] | None]:
+    """Figures for every candidate (load, verify placement and outputs, time), and the chosen figure's index with
+    the decision (None: none passed)."""
     feeds, want = _reference(model_path, golden, expected)
     figures: list[Figure] = []
     active: list[tuple[Runner, int]] = []
@@ -273,7 +274,7 @@ def _measure(
     finally:
         for runner, _ in active:
             runner.close()
-    return figures, result.decision
+    return figures, (active[result.winner][1], result.decision)
 
 
 def _time(model_path: Path, active: list[tuple[Runner, int]], figures: list[Figure], feeds: dict[str, np.ndarray],
@@ -299,8 +300,14 @@ def _time(model_path: Path, active: list[tuple[Runner, int]], figures: list[Figu
             progress(f"tie: measuring the memory of {figures[active[index][1]].backend}")
         return footprint_mb(figures[active[index][1]].candidate, model_path, feeds)
 
-    names = [figures[index].backend for _, index in active]
+    names = [_label(figures[index]) for _, index in active]
     return contest(names, run_block, budget_s=budget_s, memory=memory, progress=progress)
+
+
+def _label(fig: Figure) -> str:
+    """The backend's name, with its options when it has any (CoreML's two model formats share one name)."""
+    options = ",".join(f"{k}={v}" for k, v in sorted(fig.options.items()))
+    return f"{fig.backend}[{options}]" if options else fig.backend
 
 
 def _reference(

@@ -180,3 +180,15 @@ def test_a_single_passing_candidate_is_the_decision(tmp_path: Path, hardware: Ha
     selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, candidates=[ORT_CPU, broken])
     assert selection.decision is not None
     assert (selection.decision.winner, selection.decision.rule, selection.decision.tie) == (ORT_CPU.name, "only", False)
+
+
+def test_candidates_sharing_a_name_are_told_apart_by_their_options(tmp_path: Path, hardware: Hardware) -> None:
+    """CoreML's two model formats share one runner name; the pick must be the figure the contest chose."""
+    throughput = Candidate("openvino", "CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
+    selection = select(conv_model(tmp_path / "conv.onnx"), hardware, tmp_path, candidates=[OV_CPU, throughput])
+    decision = selection.decision
+    labels = {"openvino/CPU", "openvino/CPU[PERFORMANCE_HINT=THROUGHPUT]"}
+    assert decision is not None and {decision.winner, decision.runner_up} == labels
+    chosen = [f for f in selection.figures if f.chosen]
+    assert len(chosen) == 1 and chosen[0].candidate == selection.candidate
+    assert ("[" in decision.winner) == bool(selection.candidate.options)
