@@ -112,6 +112,8 @@ async function route() {
     current = { page, view, generation: mine };
     document.title = `${page.TITLE || "edgectl"} · edgectl console`;
     document.body.dataset.ready = page.PAGE; // tests and the benchmark wait for this: the page has drawn its data
+    // After the next paint: the first full render, in ms since navigation start (./scripts/bench console reads it).
+    requestAnimationFrame(() => setTimeout(() => { window.edgectlRendered = { page: page.PAGE, ms: performance.now() }; }));
   } catch (err) {
     if (mine !== generation) return;
     fill(main, h("h1", "Something went wrong"), h("p.error", err.message));
