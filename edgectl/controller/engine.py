@@ -49,6 +49,7 @@ __all__ = ["Engine"]
 log = logging.getLogger(__name__)
 
 D, S, E = DeviceStatus, RolloutStatus, RolloutEvent
+WITHDRAWN = "withdrawn"  # key in a row's data: a stopped rollout replaced its in-flight desired state
 
 
 class Engine(Reports):
@@ -256,15 +257,23 @@ class Engine(Reports):
         self._phase(rollout, Phase.ROLLBACK)
         self.store.audit("rollout halted" if event is E.HALT else "rollout aborting", reason, rollout.id)
         log.warning("rollout %s %s: %s", rollout.id, rollout.status, reason)
-        for row in self.store.rollout_devices(rollout.id):
+        self._wind_down(rollout, self.store.rollout_devices(rollout.id))
+
+    def _wind_down(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
+        """Cancel what was not taken, roll back what was, each row once.
+
+        Run again on every tick of a stopped rollout: a leader killed half-way through (the status
+        saved, some rows not handled yet) leaves the rest to whichever controller leads next."""
+        for row in rows:
             if row.status == D.PLANNED:
                 self._set(rollout, row, D.CANCELLED, "never sent")
             elif row.status == D.DEFERRED:  # replace the retained desired state it has not taken
                 row.desired = self.publisher.desired(rollout, row, cancel=True)
                 self._set(rollout, row, D.CANCELLED, "offline: its desired state was withdrawn")
-            elif row.status in IN_FLIGHT:
+            elif row.status in IN_FLIGHT and not row.data.get(WITHDRAWN):
                 # Not taken yet: withdraw the retained desired state; if it still commits, it is rolled back then.
                 row.desired = self.publisher.desired(rollout, row, cancel=True)
+                row.data[WITHDRAWN] = True
                 self.store.save_rollout_device(row)
             elif self.took(row):
                 self.roll_back(rollout, row)
@@ -277,6 +286,7 @@ class Engine(Reports):
     def _finish_stop(self, rollout: RolloutRow) -> None:
         """Wait for rollbacks and in-flight installs to report, up to the wave timeout."""
         rows = self.store.rollout_devices(rollout.id)
+        self._wind_down(rollout, rows)  # rows are updated in place
         waiting = [r for r in rows if r.status in (D.ROLLBACK_SENT, *IN_FLIGHT)]
         if waiting and self.clock() - rollout.phase_since < rollout.spec.wave_timeout_s:
             return

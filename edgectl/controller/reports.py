@@ -171,10 +171,13 @@ class Reports:
         return row.status == D.OK or (row.status == D.FAILED and row.installed_at is not None)
 
     def roll_back(self, rollout: RolloutRow, row: RolloutDevice) -> None:
+        resent = row.status == D.ROLLBACK_SENT
+        # Saved before it is sent: a leader killed in between leaves it due, and the next one resends
+        # it only while the device's state shows the new model, instead of rolling back blindly again.
+        row.status, row.rollback_due = D.ROLLBACK_SENT, True
+        self.store.save_rollout_device(row)
         acked, row.desired = self.publisher.rollback(rollout, row.device_id)
         row.rollback_due = not acked
-        resent = row.status == D.ROLLBACK_SENT
-        row.status = D.ROLLBACK_SENT
         self.store.save_rollout_device(row)
         self.store.audit("device rollback-sent", "again, after a reconnect" if resent else "", rollout.id, row.device_id)
 
