@@ -207,6 +207,32 @@ class ScaleBench:
         watched["mosquitto"] = [psutil.Process(self.broker.process.pid)]
         return watched
 
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        import psycopg
+
+        with psycopg.connect(self.db, autocommit=True) as conn:
+            return conn.execute(sql, params).fetchone()[0]  # type: ignore[index]
+
+    def catch_up(self, fresh_s: float, timeout: float) -> float | None:
+        """Wait until the reports being stored now are younger than ``fresh_s``; seconds waited, None if never."""
+        began = time.monotonic()
+        while time.monotonic() - began < timeout:
+            lag = self._query("SELECT max(stored - sent) FROM bench_reports "
+                              "WHERE stored > extract(epoch FROM clock_timestamp()) - 1")
+            if lag is not None and lag < fresh_s:
+                return time.monotonic() - began
+            time.sleep(1)
+        return None
+
+    def drain(self, window: Window, quiet_s: float = 3, timeout: float = 30) -> None:
+        """Until no more reports sent in ``window`` are being stored (a replica's queue emptied), at most ``timeout``."""
+        began, count, since = time.monotonic(), -1, time.monotonic()
+        while time.monotonic() - began < timeout and time.monotonic() - since < quiet_s:
+            now = self._query("SELECT count(*) FROM bench_reports WHERE sent >= %s AND sent < %s", (window.start, window.end))
+            if now != count:
+                count, since = now, time.monotonic()
+            time.sleep(0.5)
+
     def ingest(self, window: Window, sent: Counter[int]) -> dict[str, Any]:
         """Reports sent in the window's seconds, those stored, their lag; CPU per 1,000 stored."""
         import psycopg
@@ -214,6 +240,9 @@ class ScaleBench:
         with psycopg.connect(self.db, autocommit=True) as conn:
             rows = conn.execute("SELECT stored - sent FROM bench_reports WHERE sent >= %s AND sent < %s",
                                 (window.start, window.end)).fetchall()
+            # CPU per report by what the controllers stored during the window, whenever it was sent
+            processed = conn.execute("SELECT count(*) FROM bench_reports WHERE stored >= %s AND stored < %s",
+                                     (window.start, window.end)).fetchone()[0]  # type: ignore[index]
         lags = sorted(float(r[0]) for r in rows)
         sent_n = sum(sent[s] for s in range(window.start, window.end))
         seconds = window.end - window.start
@@ -221,7 +250,8 @@ class ScaleBench:
         return {"seconds": seconds, "sent": sent_n, "stored": len(lags), "share": len(lags) / max(sent_n, 1),
                 "p50": statistics.median(lags) if lags else float("nan"),
                 "p95": lags[int(0.95 * (len(lags) - 1))] if lags else float("nan"), "max": lags[-1] if lags else float("nan"),
-                "controller_cpu": controller_cpu / seconds, "cpu_per_1000": controller_cpu / max(len(lags), 1) * 1000,
+                "controller_cpu": controller_cpu / seconds, "processed": processed,
+                "cpu_per_1000": controller_cpu / max(processed, 1) * 1000,
                 "cpu": {k: v / seconds for k, v in window.cpu.items()}}
 
     def failover(self, timeout: float = 60) -> tuple[str, str, float]:
