@@ -1,9 +1,10 @@
 """The edge-agent daemon: follows its desired state over MQTT, serves the active model, reports.
 
 Threads: paho's network thread only enqueues; the main thread validates and dispatches messages
-and publishes telemetry; one worker thread runs deployments through the state machine. A bad
-message is logged once with its reason, counted, and ignored: it never stops the agent or
-touches the active model.
+and publishes telemetry; one worker thread (agent.deploy.worker) makes every change to the served
+model, deployments, rollbacks and remeasurements, in the order they were accepted; a job is saved
+before its message is acknowledged. A bad message is logged once with its reason, counted, and
+ignored: it never stops the agent or touches the active model.
 """
 
 from __future__ import annotations
@@ -22,19 +23,21 @@ from agent.backends import runtime_versions
 from agent.config import AgentConfig
 from agent.deploy.fetch import ChunkFetcher
 from agent.deploy.http_fetch import HttpSettings
+from agent.deploy.jobs import Job, JobKind
 from agent.deploy.ledger import Ledger
-from agent.deploy.machine import Deployment, Machine, Options, Outcome, State, load_record
+from agent.deploy.machine import Deployment, Machine, Options, Outcome, State
 from agent.deploy.slots import Slots
 from agent.deploy.sources import ArtifactFetcher
 from agent.deploy.steps import Steps
 from agent.deploy.trust import TrustStore
+from agent.deploy.worker import Worker
 from agent.errors import EdgeError, ProtocolError
 from agent.guard import CrashLoopGuard, GuardPolicy, Verdict
 from agent.hardware import probe_hardware
 from agent.model_host import ModelHost
 from agent.protocol import topics
 from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, KEY_ROTATION_TYPE, MANIFEST_TYPE, Envelope
-from agent.protocol.manifest import Manifest, manifest_sha256
+from agent.protocol.manifest import Manifest
 from agent.protocol.messages import (
     Command,
     DesiredState,
@@ -95,10 +98,8 @@ class Agent:
                       self.fetcher.fetch, config.target)
         self.machine = Machine(self.state_dir / "deployment.json", steps.handlers(), self._report,
                                config.deploy.max_restarts_per_state, pause_in)
-        self.deployment: Deployment | None = None
-        self._resumed: Deployment | None = None
-        self._pending: queue.Queue[Deployment] = queue.Queue()
-        self._worker = threading.Thread(target=self._work, name="deployments", daemon=True)
+        self.worker = Worker(self.state_dir, self.machine, steps, self.slots, self.host, self._event,
+                             self._changed, self.stopping)
 
     def _mqtt(self, inbox: queue.Queue[Message], on_connect: Callable[[], None], will: Will) -> Transport:
         config = self.config
@@ -112,15 +113,16 @@ class Agent:
 
     def run(self) -> None:
         """Serve until stop() (SIGTERM/SIGINT)."""
+        safe = self.worker.recover()  # before serving: the pointer names a committed model again
         self.server.start()
         log.info("agent %s: inference API on %s", self.id, self.server.url)
-        self._load_active()
-        self._resume_deployment()
+        if safe:
+            self._load_active()
         self.transport.subscribe(topics.device(self.id, "desired"), 1)
         self.transport.subscribe(topics.device(self.id, "commands"), 1)
         self._connect()
         self._report_crash_loop()
-        self._worker.start()
+        self.worker.start()
         next_telemetry = time.monotonic()
         while not self.stopping.is_set():
             with contextlib.suppress(queue.Empty):
@@ -144,6 +146,7 @@ class Agent:
                 self.stopping.wait(2.0)
 
     def _shutdown(self) -> None:
+        self.worker.join(timeout_s=5.0)  # let a step that is ending report (and mark it reported) before the link closes
         offline = (topics.device(self.id, "presence"), Presence(self.id, False, time.time()).to_payload())
         self.transport.close(final=offline)
         self.server.stop()
@@ -168,12 +171,6 @@ class Agent:
         except Exception as exc:  # the agent must come up even if its model no longer loads
             log.error("cannot serve the active model %s v%d: %s", active.name, active.version, exc)
 
-    def _resume_deployment(self) -> None:
-        record = load_record(self.state_dir / "deployment.json")
-        if record is not None and record.state is not State.DONE:
-            log.info("resuming deployment %s in state %s", record.deployment_id, record.state.value)
-            self._resumed = record
-
     # -- messages ---------------------------------------------------------------------------------
 
     def _dispatch(self, message: Message) -> None:
@@ -191,6 +188,9 @@ class Agent:
                 self._on_command(message.payload)
         except EdgeError as exc:
             self._reject(message.topic, exc)
+        except Exception:  # a bug in a handler must not stop the message loop
+            log.exception("message on %s could not be handled", message.topic)
+            self.rejected["InternalError"] += 1
 
     def _reject(self, topic: str, exc: EdgeError) -> None:
         kind = type(exc).__name__
@@ -211,23 +211,33 @@ class Agent:
             log.debug("ignoring retained desired state seq %d: already handled", desired.seq)
             return
         check_addressed(desired, self.id, self.ledger.last_seq)
-        self.ledger.accept_seq(desired.seq)
         if desired.model is None:
+            self.ledger.accept_seq(desired.seq)
             return
-        manifest_bytes = self.package_keys.verify(desired.model.manifest, MANIFEST_TYPE)
-        manifest = Manifest.from_bytes(manifest_bytes)
-        if (manifest.name, manifest.version) != (desired.model.name, desired.model.version):
-            raise ProtocolError("desired state names a different model than its signed manifest")
-        current = self.host.current
-        if current is not None and current.active.manifest_sha256 == manifest_sha256(manifest_bytes):
-            self._event(desired.deployment_id, "commit", "ok", f"{manifest.name} v{manifest.version} is already active")
-            return
+        try:
+            manifest_bytes = self.package_keys.verify(desired.model.manifest, MANIFEST_TYPE)
+            manifest = Manifest.from_bytes(manifest_bytes)
+            if (manifest.name, manifest.version) != (desired.model.name, desired.model.version):
+                raise ProtocolError("desired state names a different model than its signed manifest")
+        except EdgeError:
+            self.ledger.accept_seq(desired.seq)  # refused for good: its replay is refused as a replay
+            raise
         self.fetcher.remember(manifest.payload.sha256, desired.model.urls)
         options = Options(bool(desired.options.get("allow_downgrade")), desired.shadow_min)
-        deployment = Deployment(desired.deployment_id, manifest_bytes, options=options)
-        if self.deployment is not None:
-            self.fetcher.cancel()
-        self._pending.put(deployment)
+        self._queue(Job(JobKind.DEPLOY, desired.deployment_id, manifest_bytes, options), desired.seq)
+
+    def _queue(self, job: Job, seq: int) -> None:
+        """Save the job, then the sequence number: a message the device acknowledged is never lost.
+
+        On a full disk the job cannot be saved: OperationFailed, nothing acknowledged, and the same
+        message is taken again when it comes back (a retained desired state, on reconnect)."""
+        job, superseded = self.worker.jobs.put(job)
+        self.ledger.accept_seq(seq)
+        for old in superseded:
+            self._event(old.deployment_id, "done", "failed", f"superseded by deployment {job.deployment_id} before it started")
+        running = self.worker.current
+        if job.kind is JobKind.DEPLOY and running is not None and running.ticket != job.ticket:
+            self.fetcher.cancel(running.manifest.payload.sha256)  # its download gives way to the newer desired state
 
     def _on_command(self, raw: bytes) -> None:
         envelope = Envelope.from_bytes(raw)
@@ -239,53 +249,20 @@ class Agent:
             return
         command = Command.from_payload(self.controller_keys.verify(envelope, COMMAND_TYPE))
         check_addressed(command, self.id, self.ledger.last_seq)
-        self.ledger.accept_seq(command.seq)
-        if command.command == "rollback":
-            self._roll_back_on_command(str(command.args.get("deployment_id") or ""))
-        elif command.command == "remeasure" and (active := self.slots.active()) is not None:
-            self.host.load(active, remeasure=True)
+        if command.command == "rollback":  # model changes run on the worker, after what is queued before them
+            self._queue(Job(JobKind.ROLLBACK, str(command.args.get("deployment_id") or "")), command.seq)
+        elif command.command == "remeasure":
+            self._queue(Job(JobKind.REMEASURE), command.seq)
+        else:
+            self.ledger.accept_seq(command.seq)
+            self._changed()
+
+    def _changed(self) -> None:
+        """What the device serves may have changed: say so now, not at the next tick."""
         self._publish_state()
         self._publish_telemetry()
 
-    def _roll_back_on_command(self, deployment_id: str) -> None:
-        """Put the previous model back; one naming a deployment acts only while that deployment's model is active.
-
-        So a repeated rollback (a controller re-sending after a reconnect) cannot go two models back."""
-        if deployment_id and not self._active_from(deployment_id):
-            self._event(deployment_id, "rollback", "ok",
-                        f"nothing to roll back: the active model was not installed by {deployment_id}")
-            return
-        active = self.slots.roll_back()
-        self.host.load(active) if active else self.host.unload()
-        self._event(deployment_id or "none", "rollback", "rolled-back", "rolled back on command")
-
-    def _active_from(self, deployment_id: str) -> bool:
-        record = load_record(self.state_dir / "deployment.json")
-        active = self.slots.active()
-        return (record is not None and record.deployment_id == deployment_id and record.outcome is Outcome.OK
-                and active is not None and active.manifest_sha256 == manifest_sha256(record.manifest_bytes))
-
     # -- deployments ------------------------------------------------------------------------------
-
-    def _work(self) -> None:
-        if self._resumed is not None:  # an interrupted deployment finishes (or rolls back) first
-            self._run_deployment(self._resumed)
-        while not self.stopping.is_set():
-            try:
-                deployment = self._pending.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            while not self._pending.empty():  # only the newest desired state matters
-                deployment = self._pending.get()
-            self._run_deployment(deployment)
-
-    def _run_deployment(self, deployment: Deployment) -> None:
-        self.deployment = deployment
-        try:
-            self.machine.run(deployment)
-        finally:
-            self.deployment = None
-            self._publish_state()
 
     def _report(self, deployment: Deployment) -> None:
         outcome = deployment.outcome or Outcome.FAILED
@@ -319,7 +296,7 @@ class Agent:
 
     def _publish_state(self) -> None:
         current = self.host.current
-        deployment = self.deployment
+        deployment = self.worker.current
         state = {
             "device_id": self.id, "ts": time.time(),
             "active": current.summary() if current else None,

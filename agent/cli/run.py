@@ -42,9 +42,12 @@ def _pause_hook(state_name: str | None, state_dir: Path) -> Any:
     target = State(state_name)
 
     def pause(state: State) -> None:
-        if state is target:
-            (state_dir / f"paused-in-{state.value}").touch()
-            time.sleep(3600)
+        if state is target:  # until the test deletes the marker (or kills the agent)
+            marker = state_dir / f"paused-in-{state.value}"
+            marker.touch()
+            deadline = time.monotonic() + 3600
+            while marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
 
     return pause
 

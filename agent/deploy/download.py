@@ -21,7 +21,7 @@ from agent.errors import OperationFailed
 from agent.protocol.chunks import to_ranges
 from agent.protocol.manifest import PayloadInfo
 
-__all__ = ["Download", "disk_free"]
+__all__ = ["Download", "disk_free", "remove_download"]
 
 # Room needed beyond the payload itself: the extracted files take about as much again.
 SPACE_FACTOR = 2.2
@@ -29,6 +29,12 @@ SPACE_FACTOR = 2.2
 
 def disk_free(path: Path) -> int:
     return shutil.disk_usage(path).free
+
+
+def remove_download(directory: Path, payload: PayloadInfo) -> None:
+    """Delete what a download of ``payload`` left in ``directory`` (without opening one: that would preallocate)."""
+    for suffix in (".part", ".payload"):
+        (directory / f"{payload.sha256}{suffix}").unlink(missing_ok=True)
 
 
 class Download:
@@ -136,8 +142,7 @@ class Download:
 
     def discard(self) -> None:
         self.close()
-        self.part.unlink(missing_ok=True)
-        self.done_path.unlink(missing_ok=True)
+        remove_download(self.part.parent, self.payload)
 
     def _run_io(self, action: Callable[[], None]) -> None:
         try:

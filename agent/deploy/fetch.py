@@ -69,9 +69,11 @@ class ChunkFetcher:
         if download is not None and download.payload.sha256 == artifact_id and index not in download.have:
             self._progress_at = time.monotonic()
 
-    def cancel(self) -> None:
-        """Stop the running fetch (a newer desired state arrived, or the agent stops)."""
+    def cancel(self, artifact_id: str | None = None) -> None:
+        """Stop the running fetch (the agent stops), or only a fetch of ``artifact_id`` (a newer desired state arrived)."""
         with self._cond:
+            if artifact_id is not None and (self._download is None or self._download.payload.sha256 != artifact_id):
+                return  # that download already ended: never cancel the one that came after it
             self._cancelled = True
             self._cond.notify_all()
 

@@ -107,7 +107,7 @@ class Machine:
                 log.error("deployment %s: %s", deployment.deployment_id, deployment.reason)
                 event = Event.FAILURE
             deployment.state = TRANSITIONS[(deployment.state, event)]
-        self._save(deployment)
+        self.save(deployment)
         self.report(deployment)
         return deployment
 
@@ -124,7 +124,7 @@ class Machine:
                 deployment.outcome = deployment.outcome or Outcome.FAILED
             deployment.state = escape
             deployment.entries[escape.value] = deployment.entries.get(escape.value, 0) + 1
-        saved = self._save(deployment)
+        saved = self.save(deployment)
         self.report(deployment)
         if self.pause_in is not None:
             self.pause_in(deployment.state)
@@ -142,7 +142,7 @@ class Machine:
         log.info("%s: %s in %.2fs", deployment.state.value, event.value, time.monotonic() - started)
         return event
 
-    def _save(self, deployment: Deployment) -> bool:
+    def save(self, deployment: Deployment) -> bool:
         """Save the record; on a full disk (or any write error) keep going and say so."""
         try:
             atomic_write_json(self.record_path, deployment.to_dict())

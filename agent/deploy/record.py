@@ -105,6 +105,7 @@ class Deployment:
     options: Options = field(default_factory=Options)
     findings: Findings = field(default_factory=Findings)
     ticket: int = 0  # its place in the work queue (agent.deploy.jobs), 0 for records older than the queue
+    reported: bool = False  # its final event was handed to the transport (records older than the flag: True)
 
     @property
     def manifest(self) -> Manifest:
@@ -120,6 +121,7 @@ class Deployment:
             "manifest": base64.b64encode(self.manifest_bytes).decode(), "entries": self.entries,
             "reason": self.reason, "outcome": self.outcome.value if self.outcome else "",
             "data": {**self.options.to_dict(), **self.findings.to_dict()}, "ticket": self.ticket,
+            "reported": self.reported,
         }
 
     @classmethod
@@ -140,6 +142,7 @@ class Deployment:
                 state=state, entries={str(k): int(v) for k, v in dict(raw.get("entries", {})).items()},
                 reason=str(raw.get("reason", "")), outcome=Outcome(raw["outcome"]) if raw.get("outcome") else None,
                 options=Options.from_dict(data), findings=Findings.from_dict(data), ticket=int(raw.get("ticket", 0)),
+                reported=_typed(raw, "reported", bool, True),
             )
         except (KeyError, TypeError, ValueError):
             return None

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from agent.config import DeploySettings
-from agent.deploy.download import Download
+from agent.deploy.download import Download, remove_download
 from agent.deploy.ledger import Ledger
 from agent.deploy.machine import Deployment, Event, Handler, Outcome, State
 from agent.deploy.slots import ActiveModel, Slots
@@ -92,13 +92,15 @@ class Steps:
         if problem:
             return self._fail(deployment, problem)
         payload = Download(self.downloads, manifest.payload).finish()
-        target = self.slots.prepare_spare()
-        deployment.learn(slot=target.name)
         try:
+            target = self.slots.prepare_spare()
+            deployment.learn(slot=target.name)
             extract_payload(payload, manifest, target)
+            (target / "manifest.json").write_bytes(deployment.manifest_bytes)
         except EdgeError as exc:
             return self._fail(deployment, f"verify: {exc}")
-        (target / "manifest.json").write_bytes(deployment.manifest_bytes)
+        except OSError as exc:  # a full disk, most likely: FAILURE removes what was unpacked
+            return self._fail(deployment, f"verify: cannot unpack the payload: {exc.strerror or exc}")
         return Event.SUCCESS
 
     def stage(self, deployment: Deployment) -> Event:
@@ -128,7 +130,10 @@ class Steps:
 
     def activate(self, deployment: Deployment) -> Event:
         model = self._new_model(deployment)
-        self.slots.activate(model)
+        try:
+            self.slots.activate(model)
+        except OSError as exc:
+            return self._fail(deployment, f"activate: cannot switch the slot pointer: {exc.strerror or exc}")
         try:
             loaded = self.host.load(model, deployment_id=deployment.deployment_id)
         except EdgeError as exc:
@@ -157,8 +162,11 @@ class Steps:
 
     def commit(self, deployment: Deployment) -> Event:
         manifest = deployment.manifest
-        self.ledger.commit_version(manifest.name, manifest.version)
-        Download(self.downloads, manifest.payload).discard()
+        try:
+            self.ledger.commit_version(manifest.name, manifest.version)
+        except EdgeError as exc:
+            return self._fail(deployment, f"commit: {exc}")
+        remove_download(self.downloads, manifest.payload)
         deployment.outcome = Outcome.OK
         deployment.reason = f"{manifest.name} v{manifest.version} committed"
         return Event.SUCCESS
@@ -166,20 +174,28 @@ class Steps:
     def rollback(self, deployment: Deployment) -> Event:
         """Put the previous model back; keep going whatever fails, a half rollback bricks devices."""
         deployment.outcome = Outcome.ROLLED_BACK
+        remove_download(self.downloads, deployment.manifest.payload)  # first: on a full disk the pointer needs the room
+        event = Event.SUCCESS
+        committed = self.slots.active()
         try:
-            if deployment.findings.slot is not None and self.slots.active() == self._new_model(deployment):
+            if deployment.findings.slot is not None and committed == self._new_model(deployment):
+                committed = self.slots.previous()
                 self.slots.roll_back()
-            active = self.slots.active()
-            if active is None:
+        except Exception as exc:  # serve the committed model all the same; the pointer is put back on restart
+            log.exception("rollback of %s could not move the slot pointer", deployment.deployment_id)
+            deployment.reason = f"{deployment.reason}; rollback could not save the slot pointer: {_first_line(exc)}"
+            event = Event.FAILURE
+        try:
+            if committed is None:
                 self.host.unload()
-            elif self.host.current is None or self.host.current.active != active:
-                self.host.load(active)
+            elif self.host.current is None or self.host.current.active != committed:
+                self.host.load(committed)
         except Exception:
             log.exception("rollback of %s did not complete", deployment.deployment_id)
-            return Event.FAILURE
+            event = Event.FAILURE
         finally:
             self._cleanup(deployment)
-        return Event.SUCCESS
+        return event
 
     def restore_committed(self, deployment: Deployment) -> bool:
         """Before a restarted agent serves: point back at the committed model if ``deployment`` may have switched away.
@@ -206,7 +222,7 @@ class Steps:
 
     def _cleanup(self, deployment: Deployment) -> None:
         try:
-            Download(self.downloads, deployment.manifest.payload).discard()
+            remove_download(self.downloads, deployment.manifest.payload)
             slot = deployment.findings.slot
             active = self.slots.active()
             if slot and (active is None or active.slot != slot):

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import errno
 import stat
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agent.durable import atomic_write, atomic_write_json, read_json, remove_stale_temps
-from tests.deploy.conftest import fill, small_disk  # noqa: F401  (the fixture)
+from tests.deploy.conftest import fill, mount_small_disk
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    disk = mount_small_disk(tmp_path / "small-disk")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_replaces_and_keeps_the_asked_mode(tmp_path: Path) -> None:

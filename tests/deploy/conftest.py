@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -36,7 +37,8 @@ def pausable(tmp_path: Path, home: EdgectlHome) -> Iterator[Callable[..., Pausab
         agent = PausableAgent(device_id, tmp_path / device_id, home.broker_url, [home.public_key("package")],
                               [home.public_key("controller")], **kwargs)  # type: ignore[arg-type]
         started.append(agent)
-        return agent.start()
+        agent.start()
+        return agent
 
     yield start
     for agent in started:
@@ -51,16 +53,34 @@ def model_v(tmp_path: Path) -> Callable[[int], Path]:
     return make
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 4 MiB filesystem (tmpfs) that tests fill up: ENOSPC from the kernel, not from a seam."""
-    mount_point = tmp_path / "small-disk"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount_point)], capture_output=True, text=True)
+def mount_small_disk(mount_point: Path, size: str = "4m") -> Path:
+    """A real small filesystem (tmpfs) at ``mount_point``: ENOSPC from the kernel, not from a seam. Skips without root."""
+    mount_point.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root or CAP_SYS_ADMIN): {done.stderr.strip()}")
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+    return mount_point
+
+
+@pytest.fixture
+def small_disks(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    """Factory: small_disks(path) mounts a 4 MiB tmpfs there; all are unmounted after the test."""
+    mounted: list[Path] = []
+
+    def mount(path: Path) -> Path:
+        mounted.append(mount_small_disk(path))
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path, small_disks: Callable[[Path], Path]) -> Path:
+    """A real 4 MiB filesystem (tmpfs) that tests fill up."""
+    return small_disks(tmp_path / "small-disk")
 
 
 def fill(disk: Path, leave_bytes: int = 0) -> Path:
@@ -69,9 +89,7 @@ def fill(disk: Path, leave_bytes: int = 0) -> Path:
     with filler.open("ab", buffering=0) as f:
         block = max(shutil.disk_usage(disk).free - leave_bytes, 0)
         while block >= 4096:  # halve the block on ENOSPC: ends with less than one page free beyond ``leave_bytes``
-            try:
+            with contextlib.suppress(OSError):
                 f.write(b"\0" * block)
-            except OSError:
-                pass
             block = min(block // 2, max(shutil.disk_usage(disk).free - leave_bytes, 0))
     return filler

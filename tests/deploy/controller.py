@@ -121,14 +121,16 @@ class Controller:
         def done() -> DeviceEvent | None:
             return next((e for e in list(self.events) if e.device_id == device_id
                          and e.deployment_id == deployment_id and e.state == "done"), None)
-        return wait_for(done, timeout, f"{device_id} to finish {deployment_id}")
+        event: DeviceEvent = wait_for(done, timeout, f"{device_id} to finish {deployment_id}")
+        return event
 
     def rejection(self, device_id: str, since: int, timeout: float = 20) -> DeviceEvent:
         """Wait for a 'rejected' event reported after the first ``since`` events."""
         def found() -> DeviceEvent | None:
             return next((e for e in list(self.events)[since:] if e.device_id == device_id
                          and e.status in ("rejected", "failed")), None)
-        return wait_for(found, timeout, f"{device_id} to reject a message")
+        event: DeviceEvent = wait_for(found, timeout, f"{device_id} to reject a message")
+        return event
 
 
 def replace(manifest: Manifest, **changes: Any) -> Manifest:

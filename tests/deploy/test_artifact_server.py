@@ -9,6 +9,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,7 +112,7 @@ def _request(device_id: str, artifact: ServedArtifact, ranges: list[list[int]], 
 
 
 def test_a_wave_gets_each_chunk_once_as_soon_as_every_expected_device_asked(
-        make: dict, artifact: tuple[ServedArtifact, PayloadInfo], tmp_path: Path) -> None:
+        make: dict[str, Any], artifact: tuple[ServedArtifact, PayloadInfo], tmp_path: Path) -> None:
     served, info = artifact
     # Without the expectation, a round would only start after a gather window no test waits out.
     srv = make["server"](gather_s=NEVER, expect_timeout_s=NEVER, resend_guard_s=NEVER)
@@ -130,7 +131,7 @@ def test_a_wave_gets_each_chunk_once_as_soon_as_every_expected_device_asked(
 
 @pytest.mark.parametrize("guard, resent", [(NEVER, 0), (0.0, COUNT)])
 def test_a_repeated_request_does_not_bring_back_chunks_still_in_flight(
-        make: dict, artifact: tuple[ServedArtifact, PayloadInfo], guard: float, resent: int) -> None:
+        make: dict[str, Any], artifact: tuple[ServedArtifact, PayloadInfo], guard: float, resent: int) -> None:
     served, _ = artifact
     srv = make["server"](gather_s=0.05, resend_guard_s=guard)
     srv.server.serve(served)
@@ -145,7 +146,7 @@ def test_a_repeated_request_does_not_bring_back_chunks_still_in_flight(
 
 @pytest.mark.parametrize("how", ["timeout", "release"])
 def test_an_expected_device_that_never_asks_holds_the_round_back_only_so_long(
-        make: dict, artifact: tuple[ServedArtifact, PayloadInfo], how: str) -> None:
+        make: dict[str, Any], artifact: tuple[ServedArtifact, PayloadInfo], how: str) -> None:
     served, _ = artifact
     srv = make["server"](gather_s=NEVER, expect_timeout_s=0.3 if how == "timeout" else NEVER)
     srv.server.serve(served, expect=["d-1", "already-has-it"])
@@ -156,7 +157,7 @@ def test_an_expected_device_that_never_asks_holds_the_round_back_only_so_long(
 
 
 def test_requests_after_the_first_are_marked_as_repeats(
-        make: dict, artifact: tuple[ServedArtifact, PayloadInfo], tmp_path: Path) -> None:
+        make: dict[str, Any], artifact: tuple[ServedArtifact, PayloadInfo], tmp_path: Path) -> None:
     served, info = artifact
     srv = make["server"](gather_s=0.05)
     srv.server.serve(served)

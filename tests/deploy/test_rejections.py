@@ -30,7 +30,7 @@ def serves(agent: AgentProcess, name: str, version: int) -> bool:
     x = np.zeros((1, 3, 8, 8), np.float32)
     body = {"inputs": [{"name": "image", "shape": [1, 3, 8, 8], "datatype": "FP32", "data": x.ravel().tolist()}]}
     answer = agent.http(f"/v2/models/{name}/infer", json.dumps(body).encode())
-    return bool(answer["outputs"]) and np.all(np.isfinite(answer["outputs"][0]["data"]))
+    return bool(answer["outputs"]) and bool(np.all(np.isfinite(answer["outputs"][0]["data"])))
 
 
 def _flip_byte(controller: Controller, package: Package, tmp: Path) -> dict[str, Any]:

@@ -32,6 +32,30 @@ def test_repeated_rollback_goes_back_one_model_only(home: EdgectlHome, controlle
     wait_for(lambda: serves(agent, "m", 1), 30, "v1 served after the rollback")
     since = len(controller.events)
     _rollback(controller, "r-1", second)  # again, e.g. re-sent after a reconnect: nothing more to undo
-    event = wait_for(lambda: next((e for e in list(controller.events)[since:] if e.state == "rollback"), None), 20, "the second answer")
+    event = wait_for(lambda: next((e for e in list(controller.events)[since:] if e.state == "rollback"), None), 20,
+                     "the second answer")
     assert event.status == "ok" and event.detail.startswith("nothing to roll back"), event
     assert serves(agent, "m", 1)
+
+
+def test_a_rollback_sent_during_a_deployment_runs_after_it(home: EdgectlHome, controller: Controller,
+                                                           agents: Callable[..., AgentProcess],
+                                                           model_v: Callable[..., Path]) -> None:
+    """Model changes run on one worker in order: the rollback waits for the deployment ahead of it (issue 13.9)."""
+    agent = agents(home, "r-2", extra={"deploy": {**DEPLOY, "download_deadline_s": 60}})
+    assert controller.final("r-2", controller.desired("r-2", controller.package(model_v(1), "m", 1))).status == "ok"
+    controller.serving = False  # v2's download waits for chunks
+    second = controller.desired("r-2", controller.package(model_v(2), "m", 2))
+    wait_for(lambda: controller.requests, 20, "v2's chunk request")
+    _rollback(controller, "r-2", "")
+    time.sleep(1.0)  # the command is acknowledged and queued; nothing may have moved yet
+    assert ("rollback", "rolled-back") not in [(e.state, e.status) for e in controller.events if e.device_id == "r-2"]
+    assert serves(agent, "m", 1)
+    controller.serving = True
+    since = len(controller.events)
+    controller.requests.clear()
+    assert controller.final("r-2", second, timeout=60).status == "ok"
+    event = wait_for(lambda: next((e for e in list(controller.events)[since:] if e.state == "rollback"), None), 30,
+                     "the rollback after the deployment")
+    assert event.status == "rolled-back", event
+    wait_for(lambda: serves(agent, "m", 1), 30, "v1 served again: the rollback undid v2, not v1")

@@ -39,7 +39,8 @@ def test_shadow_run_measures_agreement_and_blocks_a_model_that_answers_different
     other = controller.package(model_v(3), "m", 3)
     deployment = controller.desired("s-1", other, shadow={"min_agreement": 0.99})
     final = controller.final("s-1", deployment)
-    assert final.status == "failed" and final.detail.startswith("shadow: the new model agrees with the serving one on"), final.detail
+    assert final.status == "failed", final.detail
+    assert final.detail.startswith("shadow: the new model agrees with the serving one on"), final.detail
     assert final.data["shadow"]["agreement"] < 0.99 and final.data["shadow"]["first_difference"]
     assert "activate" not in [s for s, _ in controller.history("s-1", deployment)]
     assert serves(agent, "m", 2)
