@@ -288,3 +288,20 @@ def test_listen_backlog_is_at_least_128(registry: ModelRegistry) -> None:
         assert int(line.split()[2]) >= 128, line  # Send-Q of a listening socket is its backlog
     finally:
         server.stop()
+
+
+def test_the_header_limit_holds_again_after_a_large_body_on_the_same_connection(registry: ModelRegistry) -> None:
+    """A body is read with a raised reader limit (no flow-control pauses); the next request's headers are capped again."""
+    server = start(registry, max_header_bytes=16 * 1024)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        big = infer_body(40_000)  # ~700 KB of JSON: the reader's limit is raised while it arrives
+        conn.request("POST", "/v2/models/scale/infer", body=big)
+        first = conn.getresponse()
+        assert first.status == 200 and len(json.loads(first.read())["outputs"][0]["data"]) == 160_000
+        conn.request("POST", "/v2/models/scale/infer", body=infer_body(), headers={"X-Pad": "a" * 100_000})
+        second = conn.getresponse()
+        assert second.status == 431 and "request headers exceed 16384 bytes" in json.loads(second.read())["error"]
+        conn.close()
+    finally:
+        server.stop()
