@@ -29,6 +29,7 @@ __all__ = [
 # agent's verify + stage + activate + health time.
 TRANSFER_BYTES_PER_S = 2_000_000
 INSTALL_S = 15.0
+MINUTE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -47,17 +48,33 @@ class Plan:
     bake_s: float
     waves: int = 0
     skipped: list[PlannedDevice] = field(default_factory=list)
+    max_per_minute: int = 0  # pacing (edgectl/controller/pacing.py): desired states sent a minute within a wave
 
     def wave_devices(self, wave: int) -> list[PlannedDevice]:
         return [d for d in self.devices if d.wave == wave]
 
     def wave_bytes(self, wave: int) -> int:
-        """Bytes the broker sends for a wave: each distinct payload once, fanned out to all."""
-        payloads = {self.packages[d.variant].manifest.payload for d in self.wave_devices(wave) if d.variant}
-        return sum(p.size for p in payloads)
+        """Bytes the broker sends for a wave: each distinct payload once, fanned out to all.
+
+        A paced wave's devices ask at different times, so each gets its own transfer (at most
+        this much: downloads that overlap share chunks)."""
+        payloads = [self.packages[d.variant].manifest.payload for d in self.wave_devices(wave) if d.variant]
+        return sum(p.size for p in (payloads if self.max_per_minute > 0 else set(payloads)))
+
+    def pacing_s(self, wave: int) -> float:
+        """How long pacing takes to send a wave: the first device at once, then one every 60/N s."""
+        if self.max_per_minute <= 0:
+            return 0.0
+        return max(0, len(self.wave_devices(wave)) - 1) * MINUTE_S / self.max_per_minute
+
+    def wave_s(self, wave: int) -> float:
+        """Sending (paced), the last device's transfer and install, then the bake."""
+        transfer = self.wave_bytes(wave) if self.max_per_minute <= 0 else max(
+            (self.packages[d.variant].manifest.payload.size for d in self.wave_devices(wave) if d.variant), default=0)
+        return self.pacing_s(wave) + transfer / TRANSFER_BYTES_PER_S + INSTALL_S + self.bake_s
 
     def estimated_s(self) -> float:
-        return sum(self.wave_bytes(w) / TRANSFER_BYTES_PER_S + INSTALL_S + self.bake_s for w in range(1, self.waves + 1))
+        return sum(self.wave_s(w) for w in range(1, self.waves + 1))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,13 +82,14 @@ class Plan:
                 {"wave": w, "devices": [{"device_id": d.device_id, "target": d.target,
                                          "variant": variant_label(self.packages[d.variant]) if d.variant else None}
                                         for d in self.wave_devices(w)],
-                 "bytes": self.wave_bytes(w)}
+                 "bytes": self.wave_bytes(w), "pacing_s": round(self.pacing_s(w), 1)}
                 for w in range(1, self.waves + 1)
             ],
             "skipped": [{"device_id": d.device_id, "target": d.target, "reason": d.reason} for d in self.skipped],
             "total_bytes": sum(self.wave_bytes(w) for w in range(1, self.waves + 1)),
             "estimated_s": round(self.estimated_s(), 1),
             "bake_s": self.bake_s,
+            "max_per_minute": self.max_per_minute,
         }
 
 
@@ -137,11 +155,12 @@ def check_variants(packages: Sequence[Package]) -> dict[str, Package]:
     return by_variant
 
 
-def plan_rollout(devices: Sequence[dict[str, Any]], packages: Sequence[Package], waves: str, bake_s: float) -> Plan:
-    """Assign each selected device (registry rows) a variant and a wave."""
+def plan_rollout(devices: Sequence[dict[str, Any]], packages: Sequence[Package], waves: str, bake_s: float,
+                 max_per_minute: int = 0) -> Plan:
+    """Assign each selected device (registry rows) a variant and a wave; ``max_per_minute`` paces the estimate."""
     by_variant = check_variants(packages)
     packages = list(by_variant.values())
-    plan = Plan([], by_variant, bake_s)
+    plan = Plan([], by_variant, bake_s, max_per_minute=max_per_minute)
     eligible = []
     for d in devices:
         package = choose_variant(d.get("target"), packages)

@@ -93,7 +93,7 @@ def plan_fleet_rollout(request: FleetRequest, options: RolloutOptions, packages:
                        devices: Sequence[dict[str, Any]]) -> Plan:
     if not devices:
         raise UserError(f"selector {request.selector!r} matches no device (see `edgectl devices`)")
-    plan = plan_rollout(devices, packages, request.waves, options.bake_s)
+    plan = plan_rollout(devices, packages, request.waves, options.bake_s, options.max_per_minute)
     check_downgrade(plan, devices, request.allow_downgrade)
     return plan
 
