@@ -8,8 +8,11 @@
 3. Resident memory of an edge-agent-like process (registry + HTTP server) with no model and with
    a small model published.
 4. The endpoint under load (``--only load`` runs just this): throughput and p99 at 1, 8, 64 and
-   200 concurrent clients against the same number of threads calling the runner in-process; goal
-   at 64 clients >= 0.8x in-process throughput, and zero connection resets at 200.
+   200 concurrent clients against calling the same runner in-process with the same number of
+   inference threads as the server's worker pool (``min(clients, workers)``: the server never runs
+   more at once); goal at 64 clients >= 0.8x in-process throughput, and zero connection resets at
+   200. CPU time per answered request is recorded for the in-process threads, the server process
+   and the clients (which share the machine with the server), with the load average around the run.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +64,18 @@ def real_models() -> list[tuple[str, Path, dict[str, np.ndarray]]]:
 
     entries: list[tuple[str, str, Callable[[], dict[str, np.ndarray]]]] = [
         ("mnist-8", "mnist8-modelzoo/mnist-8.onnx", lambda: {"Input3": npz("mnist8-modelzoo/reference_io_ort.npz")["input"]}),
-        ("ultraface-rfb320", "ultraface-rfb320/ultraface_RFB-320.onnx", lambda: {"input": npz("ultraface-rfb320/reference_io_ort.npz")["input"]}),
-        ("magika (batch 1)", "magika-standard_v3_3/model.onnx", lambda: {"bytes": npz("magika-standard_v3_3/reference_io_ort.npz")["bytes"][:1]}),
+        ("ultraface-rfb320", "ultraface-rfb320/ultraface_RFB-320.onnx",
+         lambda: {"input": npz("ultraface-rfb320/reference_io_ort.npz")["input"]}),
+        ("magika (batch 1)", "magika-standard_v3_3/model.onnx",
+         lambda: {"bytes": npz("magika-standard_v3_3/reference_io_ort.npz")["bytes"][:1]}),
         ("silero-vad v3.1", "silero-vad/silero_vad_v3.1_2021_with_attention.onnx", lambda: {
             "input": npz("silero-vad/reference_v3.1_stream_ort.npz")["chunks"][:1],
             "h0": np.zeros((2, 1, 64), np.float32), "c0": np.zeros((2, 1, 64), np.float32)}),
         ("silero-vad v5", "silero-vad/silero_vad.onnx", lambda: {
             "input": npz("silero-vad/reference_stream_ort.npz")["chunks_with_context"][:1],
             "state": np.zeros((2, 1, 128), np.float32), "sr": np.array(16000, np.int64)}),
-        ("sklearn rf_iris", "sklearn-onnxml/rf_iris.onnx", lambda: {"float_input": npz("sklearn-onnxml/rf_iris.reference_io_ort.npz")["input"]}),
+        ("sklearn rf_iris", "sklearn-onnxml/rf_iris.onnx",
+         lambda: {"float_input": npz("sklearn-onnxml/rf_iris.reference_io_ort.npz")["input"]}),
     ]
     return [(label, MODELS / rel, golden()) for label, rel, golden in entries if (MODELS / rel).exists()]
 
@@ -138,8 +146,10 @@ def sequential_medians(runners: list[Any], feeds: dict[str, np.ndarray], seconds
 def bench_choice(work: Path, budget: float) -> tuple[list[dict[str, Any]], bool]:
     """Pick per model, then re-measure every passing backend independently."""
     hardware = probe_hardware()
-    generated = [("generated convnet 224", convnet(work / "convnet.onnx"), {"x": np.random.default_rng(2).random((1, 3, 224, 224), dtype=np.float32)}),
-                 ("generated mlp 16x512", mlp(work / "mlp.onnx"), {"x": np.random.default_rng(3).random((16, 512), dtype=np.float32)})]
+    generated = [("generated convnet 224", convnet(work / "convnet.onnx"),
+                  {"x": np.random.default_rng(2).random((1, 3, 224, 224), dtype=np.float32)}),
+                 ("generated mlp 16x512", mlp(work / "mlp.onnx"),
+                  {"x": np.random.default_rng(3).random((16, 512), dtype=np.float32)})]
     rows, ok = [], True
     for label, path, golden in real_models() + generated:
         sel = select_backend(path, hardware=hardware, allowed_providers=None, golden=golden, expected=None,
@@ -186,7 +196,7 @@ def bench_api(work: Path, seconds: float) -> dict[str, Any]:
                      headers={"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"})
         response = conn.getresponse()
         data = response.read()
-        length = int(response.getheader("Inference-Header-Content-Length"))
+        length = int(response.getheader("Inference-Header-Content-Length") or 0)
         np.frombuffer(data[length:], np.float32)
 
     def via_triton() -> None:
@@ -194,7 +204,8 @@ def bench_api(work: Path, seconds: float) -> dict[str, Any]:
         inp.set_data_from_numpy(x, binary_data=True)
         client.infer("pool", [inp]).as_numpy("y")
 
-    calls = {"in-process runner.infer": lambda: runner.infer({"x": x}), "HTTP binary (http.client)": raw_http, "HTTP binary (tritonclient)": via_triton}
+    calls = {"in-process runner.infer": lambda: runner.infer({"x": x}), "HTTP binary (http.client)": raw_http,
+             "HTTP binary (tritonclient)": via_triton}
     samples: dict[str, list[float]] = {k: [] for k in calls}
     for fn in calls.values():
         for _ in range(20):
@@ -209,7 +220,8 @@ def bench_api(work: Path, seconds: float) -> dict[str, Any]:
     client.close()
     server.stop()
     registry.close()
-    return {name: {"p50_ms": float(np.median(t)) * 1000, "p95_ms": float(np.percentile(t, 95)) * 1000, "runs": len(t)} for name, t in samples.items()}
+    return {name: {"p50_ms": float(np.median(t)) * 1000, "p95_ms": float(np.percentile(t, 95)) * 1000, "runs": len(t)}
+            for name, t in samples.items()}
 
 
 _AGENT_PROCESS = """
@@ -301,6 +313,19 @@ class _Busy(Exception):
     """The server answered 503 (queue or budget full): back-pressure, not a failure."""
 
 
+def _cpu_s(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def _with_cpu(run: Callable[[], dict[str, Any]], **processes: psutil.Process) -> dict[str, Any]:
+    """``run()``'s result plus, per named process, its CPU milliseconds per answered request."""
+    before = {name: _cpu_s(p) for name, p in processes.items()}
+    result = run()
+    ok = max(int(result["ok"]), 1)
+    return {**result, **{f"{name}_cpu_ms": 1000 * (_cpu_s(p) - before[name]) / ok for name, p in processes.items()}}
+
+
 def bench_load(work: Path, seconds: float) -> list[dict[str, Any]]:
     """The endpoint (server in its own process, like the agent) against in-process calls, per client count."""
     model = convnet(work / "load.onnx")
@@ -329,16 +354,23 @@ def bench_load(work: Path, seconds: float) -> list[dict[str, Any]]:
         if response.status != 200:
             raise RuntimeError(f"HTTP {response.status}")
 
+    def in_process(_: None) -> None:
+        runner.infer({"x": x}, check=False)
+
     rows = []
+    me, server = psutil.Process(), psutil.Process(proc.pid)
     try:
         for clients in LOAD_LEVELS:
-            inproc = _hammer(clients, seconds, lambda _: runner.infer({"x": x}, check=False), lambda: None)
-            endpoint = _hammer(clients, seconds, over_http, connect)
-            rows.append({"clients": clients, "in_process": inproc, "endpoint": endpoint,
+            threads = min(clients, LOAD_WORKERS)  # the server runs at most LOAD_WORKERS inferences at once
+            inproc = _with_cpu(partial(_hammer, threads, seconds, in_process, lambda: None), self=me)
+            endpoint = _with_cpu(partial(_hammer, clients, seconds, over_http, connect), server=server, client=me)
+            rows.append({"clients": clients, "threads": threads, "in_process": inproc, "endpoint": endpoint,
                          "ratio": endpoint["rps"] / inproc["rps"] if inproc["rps"] else float("nan")})
-            print(f"  {clients:3d} clients: in-process {inproc['rps']:7.1f}/s p99 {inproc['p99_ms']:7.2f} ms | endpoint "
-                  f"{endpoint['rps']:7.1f}/s p99 {endpoint['p99_ms']:7.2f} ms  ratio {rows[-1]['ratio']:.2f}  "
-                  f"503 {endpoint['503']}  resets {endpoint['reset']}  other errors {endpoint['other']}")
+            print(f"  {clients:3d} clients: in-process ({threads} threads) {inproc['rps']:7.1f}/s p99 "
+                  f"{inproc['p99_ms']:7.2f} ms {inproc['self_cpu_ms']:.2f} CPU ms/req | endpoint {endpoint['rps']:7.1f}/s "
+                  f"p99 {endpoint['p99_ms']:7.2f} ms, CPU ms/req server {endpoint['server_cpu_ms']:.2f} client "
+                  f"{endpoint['client_cpu_ms']:.2f}  ratio {rows[-1]['ratio']:.2f}  503 {endpoint['503']}  "
+                  f"resets {endpoint['reset']}  other errors {endpoint['other']}")
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
@@ -352,21 +384,25 @@ def load_verdict(rows: list[dict[str, Any]]) -> tuple[bool, bool]:
     return by[64]["ratio"] >= LOAD_GOAL_RATIO, by[200]["endpoint"]["reset"] == 0 and by[200]["endpoint"]["other"] == 0
 
 
-def load_markdown(rows: list[dict[str, Any]], seconds: float) -> str:
+def load_markdown(rows: list[dict[str, Any]], seconds: float, load: tuple[float, float]) -> str:
     ratio_ok, resets_ok = load_verdict(rows)
-    lines = [f"Machine: {machine()}. Model: the generated 5-conv backbone on 1x3x224x224 float32 (onnxruntime CPU, "
-             f"binary tensors, 600 KB per request). Server in its own process with the default limits ({LOAD_WORKERS} workers, "
-             "queue 64); "
-             f"clients are threads with one keep-alive `http.client` connection each, {seconds:g} s per level; the in-process "
-             "column is the same number of threads calling `runner.infer` directly.", "",
+    lines = [f"Machine: {machine()}; load average (1 min) {load[0]:.1f} before the run, {load[1]:.1f} after. Model: the "
+             "generated 5-conv backbone on 1x3x224x224 float32 (onnxruntime CPU, the same file and session options in "
+             f"both columns; binary tensors, 600 KB per request). Server in its own process with the default limits "
+             f"({LOAD_WORKERS} workers, queue 64); clients are threads in the benchmark's process with one keep-alive "
+             f"`http.client` connection each, {seconds:g} s per level. The in-process column runs `runner.infer` on as "
+             f"many threads as the server can use (min(clients, {LOAD_WORKERS}) workers), with no HTTP. CPU ms per "
+             "answered request: the in-process threads; for the endpoint, the server process and, apart, the clients, "
+             "which compete with the server for the same cores (the in-process column has no client to pay for).", "",
              f"Goal at 64 clients: endpoint >= {LOAD_GOAL_RATIO}x in-process throughput — {'PASS' if ratio_ok else 'FAIL'}; "
              f"zero resets at 200 clients — {'PASS' if resets_ok else 'FAIL'}.", "",
-             "| clients | in-process req/s | in-process p99 ms | endpoint req/s | endpoint p99 ms | ratio | 503 | resets "
-             "| other errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| clients | in-process threads | in-process req/s | in-process p99 ms | in-process CPU ms/req | endpoint req/s "
+             "| endpoint p99 ms | server CPU ms/req | client CPU ms/req | ratio | 503 | resets | other errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         i, e = r["in_process"], r["endpoint"]
-        lines.append(f"| {r['clients']} | {i['rps']:.1f} | {i['p99_ms']:.2f} | {e['rps']:.1f} | {e['p99_ms']:.2f} | "
+        lines.append(f"| {r['clients']} | {r['threads']} | {i['rps']:.1f} | {i['p99_ms']:.2f} | {i['self_cpu_ms']:.2f} | "
+                     f"{e['rps']:.1f} | {e['p99_ms']:.2f} | {e['server_cpu_ms']:.2f} | {e['client_cpu_ms']:.2f} | "
                      f"{r['ratio']:.2f} | {e['503']} | {e['reset']} | {e['other']} |")
     return "\n".join(lines)
 
@@ -382,15 +418,17 @@ def main() -> None:
     if args.only != "load":
         run_all(args)
     print(f"4. the endpoint under load against in-process calls ({', '.join(map(str, LOAD_LEVELS))} clients)")
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         rows = bench_load(Path(tmp), args.load_seconds)
+    load = (load_before, os.getloadavg()[0])
     ratio_ok, resets_ok = load_verdict(rows)
     print(f"endpoint at 64 clients >= {LOAD_GOAL_RATIO}x in-process: {'PASS' if ratio_ok else 'FAIL'}; "
           f"zero resets at 200 clients: {'PASS' if resets_ok else 'FAIL'}")
     command = COMMAND + (" --only load" if args.only else "")
     print(f"rerun: {command}")
     if not args.no_write:
-        write_section("agent endpoint under load", command, load_markdown(rows, args.load_seconds))
+        write_section("agent endpoint under load", command, load_markdown(rows, args.load_seconds, load))
 
 
 def run_all(args: argparse.Namespace) -> None:
@@ -403,11 +441,13 @@ def run_all(args: argparse.Namespace) -> None:
         api = bench_api(work, args.api_seconds)
         base = api["in-process runner.infer"]["p50_ms"]
         for name, fig in api.items():
-            print(f"  {name:28s} p50 {fig['p50_ms']:.3f} ms  p95 {fig['p95_ms']:.3f} ms  ({fig['p50_ms'] / base:.1f}x in-process)")
+            print(f"  {name:28s} p50 {fig['p50_ms']:.3f} ms  p95 {fig['p95_ms']:.3f} ms  "
+                  f"({fig['p50_ms'] / base:.1f}x in-process)")
         overhead = api["HTTP binary (http.client)"]["p50_ms"] - base
         overhead_triton = api["HTTP binary (tritonclient)"]["p50_ms"] - base
         api_ok = overhead <= OVERHEAD_GOAL_MS
-        print(f"  overhead p50: {overhead:.3f} ms (http.client), {overhead_triton:.3f} ms (tritonclient); goal <= {OVERHEAD_GOAL_MS} ms: {'PASS' if api_ok else 'FAIL'}")
+        print(f"  overhead p50: {overhead:.3f} ms (http.client), {overhead_triton:.3f} ms (tritonclient); "
+              f"goal <= {OVERHEAD_GOAL_MS} ms: {'PASS' if api_ok else 'FAIL'}")
         print("3. idle resident memory of an agent process (registry + HTTP server)")
         small = MODELS / "mnist8-modelzoo" / "mnist-8.onnx"
         rss = bench_rss(small if small.exists() else pooled_224(work / "small.onnx"))
@@ -429,7 +469,8 @@ def markdown(rows: list[dict[str, Any]], choice_ok: bool, api: dict[str, Any], o
         f"Measured by `{COMMAND}` on {time.strftime('%Y-%m-%d')}: {hw['cpu']}, {hw['cores']} cores, "
         f"{hw['memory_mib'] // 1024} GiB, no accelerator (onnxruntime CPU and OpenVINO CPU are the candidates). "
         "The machine is shared with other jobs, so absolute times are noisy; ratios within one run are the figure to read.", "",
-        f"### Backend choice (median ms; pick re-measured independently, goal: pick within {PICK_MARGIN:.0%} of fastest) — {'PASS' if choice_ok else 'FAIL'}", "",
+        f"### Backend choice (median ms; pick re-measured independently, goal: pick within {PICK_MARGIN:.0%} of fastest) — "
+        f"{'PASS' if choice_ok else 'FAIL'}", "",
         "| model | " + " | ".join(backends) + " | pick | pick / fastest (recheck) |",
         "|---|" + "---|" * len(backends) + "---|---|",
     ]
@@ -438,9 +479,11 @@ def markdown(rows: list[dict[str, Any]], choice_ok: bool, api: dict[str, Any], o
         for b in backends:
             ms = r["figures"].get(b)
             cells.append(f"{ms:.3f}" if ms else ("n/a: " + r["skipped"].get(b, "")[:60] if b in r["figures"] else "-"))
-        lines.append(f"| {r['model']} | " + " | ".join(cells) + f" | {r['pick']} | {r['pick_vs_fastest']:.3f} {'PASS' if r['pass'] else 'FAIL'} |")
+        lines.append(f"| {r['model']} | " + " | ".join(cells)
+                     + f" | {r['pick']} | {r['pick_vs_fastest']:.3f} {'PASS' if r['pass'] else 'FAIL'} |")
     base = api["in-process runner.infer"]["p50_ms"]
-    lines += ["", f"### Local API overhead, 1x3x224x224 float32 with binary tensors (goal p50 overhead <= {OVERHEAD_GOAL_MS} ms) — {'PASS' if api_ok else 'FAIL'}", "",
+    lines += ["", f"### Local API overhead, 1x3x224x224 float32 with binary tensors (goal p50 overhead <= {OVERHEAD_GOAL_MS} ms)"
+                  f" — {'PASS' if api_ok else 'FAIL'}", "",
               "| path | p50 ms | p95 ms | vs in-process |", "|---|---|---|---|"]
     for name, fig in api.items():
         lines.append(f"| {name} | {fig['p50_ms']:.3f} | {fig['p95_ms']:.3f} | {fig['p50_ms'] / base:.1f}x |")
