@@ -134,11 +134,13 @@ class ApiServer:
             response = route.handler(request)
         except Exception as exc:  # every failure becomes a JSON answer
             response = self._error(exc)
-            if handler.headers.get("Content-Length", "0") != "0" and not getattr(handler, "body_read", False):
-                handler.close_connection = True  # the body was not read: the connection cannot carry another request
         finally:
             if upload is not None:
                 shutil.rmtree(upload.parent, ignore_errors=True)
+        # A body left unread (a refusal, or a route that takes none: POST .../pause with "{}") would be read as the
+        # start of the next request on this connection ("{}GET ..." -> 501): close it instead.
+        if handler.headers.get("Content-Length", "0") != "0" and not getattr(handler, "body_read", False):
+            handler.close_connection = True
         self._send(handler, response)
         self.ctx.requests.observe(handler.command, route.path if route else "unmatched", response.status,
                              time.perf_counter() - start)

@@ -8,6 +8,9 @@ through the API directly.
 
 from __future__ import annotations
 
+import http.client
+import json
+
 import pytest
 
 from tests.console.browser import Browser
@@ -173,3 +176,32 @@ def test_a_viewer_cannot_abort(plane: ConsolePlane, browser: Browser) -> None:
         assert plane.api("GET", f"/rollouts/{rollout_id}", "viewer")[1]["status"] == "running"
     finally:
         plane.api("POST", f"/rollouts/{rollout_id}/abort", body={})
+
+
+def test_a_revoked_token_returns_the_console_to_sign_in(plane: ConsolePlane, browser: Browser) -> None:
+    created = json.loads(plane.home.edgectl("tokens", "create", "operator", "--name", "revoked", "--json", check=True).stdout)
+    browser.sign_in(created["token"])
+    browser.go("/devices", ready="devices")
+    assert plane.api("DELETE", f"/tokens/{created['id']}", "admin")[0] == 200
+    browser.ready("signin", timeout=20)  # the next live update is answered 401
+    assert "token" in browser.text("#flash")
+    assert browser.js("return sessionStorage.getItem('edgectl.token');") is None
+
+
+def test_a_body_a_route_does_not_read_leaves_the_connection_usable(plane: ConsolePlane) -> None:
+    """Browsers keep connections alive: a POST body the route never reads (the console's actions once sent "{}")
+    must not be taken for the start of the next request on that connection."""
+    connection = http.client.HTTPConnection(plane.url.removeprefix("http://"), timeout=30)
+    headers = {"Authorization": f"Bearer {plane.tokens['viewer']}", "Content-Type": "application/json"}
+    try:
+        statuses = []
+        for body in (b"{}", None, None):  # GET /me takes no body: the first one is never read
+            connection.request("GET", "/api/v1/me", body, headers)
+            response = connection.getresponse()
+            response.read()
+            statuses.append(response.status)
+            if response.getheader("Connection") == "close":
+                connection.close()
+        assert statuses == [200, 200, 200], statuses
+    finally:
+        connection.close()

@@ -29,6 +29,7 @@ const main = document.getElementById("main");
 let current = null; // {page, view, generation}
 let generation = 0;
 let timer = null;
+let pendingFlash = ""; // shown by the next page drawn (a refused token's message on the sign-in page)
 
 export const ctx = {
   api, can, session,
@@ -104,7 +105,8 @@ async function route() {
   current = null;
   document.body.dataset.ready = "";
   document.body.dataset.page = page.PAGE;
-  ctx.flash("");
+  ctx.flash(pendingFlash);
+  pendingFlash = "";
   fill(main, h("p.muted", "Loading…"));
   try {
     const view = await page.mount(main, args, params, ctx);
@@ -146,8 +148,9 @@ onUnauthorized.add((err) => {
   session.token = "";
   session.me = null;
   chrome();
-  ctx.flash(err.message);
+  pendingFlash = err.message;
   if (parseHash().path !== "/signin") ctx.go("#/signin");
+  else ctx.flash(err.message);
 });
 
 document.getElementById("signout").addEventListener("click", () => {

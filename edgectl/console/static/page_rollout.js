@@ -11,7 +11,7 @@ export const TITLE = "Rollout";
 const ACTIONS = [
   { name: "pause", label: "Pause", when: ["running"], text: "Devices already installing finish; no new wave starts." },
   { name: "resume", label: "Resume", when: ["paused"], text: "The rollout continues with the current wave." },
-  { name: "retry-failed", label: "Retry failed", when: ["running", "paused"], text: "Failed devices are sent the update again." },
+  { name: "retry-failed", label: "Retry failed", when: ["running", "paused", "done"], text: "Failed devices are sent the update again." },
   { name: "abort", label: "Abort", when: ["running", "paused"], danger: true,
     text: "Devices not yet updated are cancelled and devices that installed roll back to their previous model." },
 ];
@@ -46,7 +46,7 @@ function drawActions(el, r, ctx, refresh) {
       const ok = await ctx.confirm(`${a.label} rollout ${r.id}?`, a.text, a.label);
       if (!ok) return;
       try {
-        await ctx.api(`/rollouts/${encodeURIComponent(r.id)}/${a.name}`, { method: "POST", body: {} });
+        await ctx.api(`/rollouts/${encodeURIComponent(r.id)}/${a.name}`, { method: "POST" });
         ctx.flash(`${a.label} requested: the controller applies it within a tick.`, "info");
         await refresh();
       } catch (err) {
