@@ -28,7 +28,7 @@ from quantize.shapes import dynamic_inputs, fix_input_shapes, parse_static_shape
 from quantize.target_check import TargetCheck, check_target
 from quantize.variants import EvalSet, Variant, VariantBuilder
 
-__all__ = ["QuantizeRequest", "run_quantize"]
+__all__ = ["QuantizeOutcome", "QuantizeRequest", "attempt_quantize", "run_quantize"]
 
 _MARGIN = 1.03  # auto keeps the float input unless a variant is at least 3% faster
 _EVAL_FROM_CALIB = 64  # samples taken from the calibration set when no --eval is given
@@ -59,10 +59,36 @@ class QuantizeRequest:
     registry: Any = field(default=None, compare=False)  # seam: the agent backend registry (EP -> family)
 
 
+@dataclass(frozen=True)
+class QuantizeOutcome:
+    """A finished run: its report, and the exit-5 failure that forbids writing the model, if any."""
+
+    report: QuantizeReport
+    failure: OperationFailed | None = None
+
+    @property
+    def written(self) -> bool:
+        """True when the chosen model may be written (the report then carries it)."""
+        return self.failure is None
+
+
 def run_quantize(request: QuantizeRequest, console: Console) -> QuantizeReport:
-    """Produce the model at request.output and return the report; nothing is written on failure."""
+    """The report carrying the model to write at request.output; OperationFailed (exit 5) when none may be."""
+    outcome = attempt_quantize(request, console)
+    if outcome.failure is not None:
+        raise outcome.failure
+    return outcome.report
+
+
+def attempt_quantize(request: QuantizeRequest, console: Console | None = None) -> QuantizeOutcome:
+    """Run the pipeline and return its report even when the result must not be written (budget, target check).
+
+    Writes nothing and, without a console, prints nothing. Bad input still raises UserError or ModelError
+    (exit 2), as `run_quantize` does.
+    """
     import targets  # host-only package, imported here so `quantize` stays importable on its own
 
+    console = console if console is not None else Console(quiet=True)
     asked_metrics = parse_metric_option(request.metric)
     asked_shapes = parse_static_shapes(request.static_shape)
     notes: list[str] = []
@@ -93,13 +119,13 @@ def run_quantize(request: QuantizeRequest, console: Console) -> QuantizeReport:
     chosen = _choose(plan.pick_fastest, request.max_drop, variants, latency, checks, notes)
     report = QuantizeReport.build(request, profile.name, cpu, variants, chosen, checks, latency,
                                   notes + lat_notes, evalset.source, _size(model))
-    _refuse_worse_target(chosen, checks[chosen.name], profile.name, request.output)
-    if chosen.accuracy.drop > request.max_drop:
-        raise OperationFailed(
+    failure = _worse_target(chosen, checks[chosen.name], profile.name, request.output)
+    if failure is None and chosen.accuracy.drop > request.max_drop:
+        failure = OperationFailed(
             f"accuracy budget not met: best {chosen.accuracy.metric} drop {chosen.accuracy.drop:.2f} points "
             f"> --max-drop {request.max_drop} (kept {len(chosen.kept_float)} nodes float); nothing written to "
             f"{request.output}")
-    return report.with_model(chosen.model)
+    return QuantizeOutcome(report, failure) if failure else QuantizeOutcome(report.with_model(chosen.model))
 
 
 def _load_profile(name: str, notes: list[str]) -> Any:
@@ -112,12 +138,12 @@ def _load_profile(name: str, notes: list[str]) -> Any:
     return targets.load_profile(name)
 
 
-def _refuse_worse_target(chosen: Variant, check: TargetCheck, target: str, output: Path) -> None:
+def _worse_target(chosen: Variant, check: TargetCheck, target: str, output: Path) -> OperationFailed | None:
     """Exit 5 rather than write a model that runs worse on the target than its float input."""
     if check.fixed:
-        return
+        return None
     before, after = check.before, check.after
-    raise OperationFailed(
+    return OperationFailed(
         f"target check failed: {chosen.name} runs worse on {target} than the float model "
         f"({before['accelerator_partitions']} -> {after['accelerator_partitions']} accelerator partitions, "
         f"verdict {before['verdict']} -> {after['verdict']}, {len(check.added_fallbacks)} nodes added to CPU"

@@ -1,0 +1,47 @@
+"""attempt_quantize: the pipeline's result without raising for exit 5, for callers that tabulate (bench corpus)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from agent.errors import OperationFailed, UserError
+from quantize.pipeline import QuantizeRequest, attempt_quantize, run_quantize
+from quantize.recipe import Mode
+from tests.quantize.models import save, tiny_cnn
+
+
+def _request(tmp: Path, max_drop: float, **kw: object) -> QuantizeRequest:
+    path = save(tiny_cnn(), tmp / "m.onnx")
+    return QuantizeRequest(model=path, target="jetson-orin", output=tmp / "out.onnx", mode=Mode.INT8,
+                           calib_synthetic=4, measure=False, max_drop=max_drop, metric=("cosine",),
+                           **kw)  # type: ignore[arg-type]
+
+
+def test_budget_failure_returns_the_report_and_the_exit_5_reason(tmp_path: Path,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    request = _request(tmp_path, max_drop=0.0)  # int8 never reaches cosine 1.0 exactly
+    outcome = attempt_quantize(request)
+    assert not outcome.written and outcome.report.model is None
+    assert outcome.failure is not None and "accuracy budget not met" in str(outcome.failure)
+    int8 = next(v for v in outcome.report.data["variants"] if v["name"] == "int8")
+    assert int8["accuracy"]["drop"] > 0.0 and int8["accuracy"]["outputs"][0]["output"] == "logits"
+    assert not (tmp_path / "out.onnx").exists()
+    assert capfd.readouterr().out == ""  # the synthetic-calibration warning went to the quiet console
+    with pytest.raises(OperationFailed) as raised:
+        run_quantize(request, Console(quiet=True))
+    assert str(raised.value) == str(outcome.failure)
+
+
+def test_success_carries_the_model_and_no_failure(tmp_path: Path) -> None:
+    outcome = attempt_quantize(_request(tmp_path, max_drop=100.0))
+    assert outcome.written and outcome.failure is None
+    assert outcome.report.model is not None and outcome.report.data["chosen"] == "int8"
+
+
+def test_bad_input_still_raises(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="edgetpu"):
+        attempt_quantize(QuantizeRequest(model=save(tiny_cnn(), tmp_path / "m.onnx"), target="edgetpu",
+                                         output=tmp_path / "o.onnx", calib_synthetic=4, measure=False))
