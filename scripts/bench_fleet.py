@@ -240,8 +240,16 @@ def scale(work: Path, args: argparse.Namespace) -> dict[str, Any]:
               f" (telemetry every {args.scale_telemetry_s:g} s) ...", flush=True)
         began = time.monotonic()
         sims = bench.sims(args.scale_agents, "tel", per, "bench=telemetry", args.scale_telemetry_s)
-        connected = sum(s.connected for s in sims)
-        print(f"  {connected} of {args.scale_agents} connected in {time.monotonic() - began:.0f} s", flush=True)
+        print(f"  {sum(s.connected for s in sims)} of {args.scale_agents} connected in {time.monotonic() - began:.0f} s",
+              flush=True)
+        return _measure_scale(bench, sims, args)
+    finally:
+        bench.close()
+
+
+def _measure_scale(bench: ScaleBench, sims: list[Sim], args: argparse.Namespace) -> dict[str, Any]:
+    connected = sum(s.connected for s in sims)
+    try:
         # Births and retained states of every agent come first: measure once the reports stored are fresh again.
         fresh = max(2.0, args.scale_telemetry_s)
         settle = [bench.catch_up(fresh, CATCH_UP_S)]
@@ -255,18 +263,17 @@ def scale(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  2 replicas measured (caught up after {_took(settle[1])}); SIGKILL of the leader", flush=True)
         killed, leader, failover_s = bench.failover()
         print(f"  {leader} holds the lease {failover_s:.2f} s after {killed} was killed", flush=True)
+    finally:
         sent: Counter[int] = Counter()
         for sim in sims:
             sim.stop()
             sent.update(sim.sent)
-        time.sleep(5)  # reports still queued are stored too (they count, with their lag)
-        result: dict[str, Any] = {"agents": args.scale_agents, "connected": connected, "telemetry_s": args.scale_telemetry_s,
-                                  "one": bench.ingest(one, sent), "two": bench.ingest(two, sent),
-                                  "failover": failover_s, "processes": len(sims), "settle": settle}
-        result.update(rollouts(bench, leader, args))
-        return result
-    finally:
-        bench.close()
+    time.sleep(5)  # reports still queued are stored too (they count, with their lag)
+    result: dict[str, Any] = {"agents": args.scale_agents, "connected": connected, "telemetry_s": args.scale_telemetry_s,
+                              "one": bench.ingest(one, sent), "two": bench.ingest(two, sent),
+                              "failover": failover_s, "processes": len(sims), "settle": settle}
+    result.update(rollouts(bench, leader, args))
+    return result
 
 
 def _took(seconds: float | None) -> str:

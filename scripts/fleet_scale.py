@@ -86,7 +86,11 @@ class Sim:
 
     def stop(self) -> None:
         self.process.terminate()
-        out, _ = self.process.communicate(timeout=60)
+        try:
+            out, _ = self.process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # its count is lost with it
+            self.process.kill()
+            out, _ = self.process.communicate(timeout=10)
         for line in out.splitlines():
             if line.startswith('{"telemetry_sent"'):
                 self.sent.update({int(k): v for k, v in json.loads(line)["telemetry_sent"].items()})
@@ -179,7 +183,11 @@ class ScaleBench:
         for proc in self.controllers.values():
             if proc.poll() is None:
                 proc.terminate()
-                proc.wait(30)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:  # starved on a saturated machine
+                    proc.kill()
+                    proc.wait(10)
         if self._store is not None:
             self._store.close()
         self.broker.stop()
