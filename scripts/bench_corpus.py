@@ -13,17 +13,24 @@ For each model of the generated corpus (``tests/corpus.py``) and each ``*/*.onnx
    the point estimate but the independent interval still reaches 1.05 is reported as *unresolved*:
    on this machine the reference timing itself cannot tell.
 4. NNAPI partitions as ``targets.analyse`` reports them (the runtime view) beside onnxruntime's own
-   mobile usability checker, run on the model as that checker runs it.
+   mobile usability checker, run on the model as that checker runs it;
+5. ``edgectl quantize --mode auto`` for each of ``--targets`` (``scripts/corpus_quantize.py``): outcome,
+   chosen format, accuracy per output against the budget, latency quantized / float on this host.
+
+Steps 1-4 go to the ``backend pick stability`` sections of docs/benchmarks.md, step 5 to the
+``quantize per target`` ones; ``--no-probe`` or ``--no-quantize`` runs (and records) one part only.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import shlex
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +43,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from benchdoc import machine, write_section  # noqa: E402
+from corpus_quantize import DEFAULT_TARGETS, Quantized, QuantSettings, quantize_model, warm_up  # noqa: E402
+from corpus_quantize import describe as describe_quantized  # noqa: E402
+from corpus_quantize import markdown as markdown_quantized  # noqa: E402
 
 from agent.backends import Candidate  # noqa: E402
 from agent.errors import EdgeError, one_line  # noqa: E402
@@ -47,21 +57,34 @@ from tests.corpus import CORPUS, write_corpus  # noqa: E402
 MODELS = ROOT.parent / "shared" / "models"
 
 
-def _audio(samples: int, **state: tuple[int, ...]) -> dict[str, np.ndarray]:
+def _audio(samples: int, seed: int, **state: tuple[int, ...]) -> dict[str, np.ndarray]:
     """A voice-activity model's inputs: one chunk of audio, zero recurrent state."""
-    feeds = {"input": np.random.default_rng(0).uniform(-0.5, 0.5, (1, samples)).astype(np.float32)}
+    feeds = {"input": np.random.default_rng(seed).uniform(-0.5, 0.5, (1, samples)).astype(np.float32)}
     return feeds | {name: np.zeros(shape, np.float32) for name, shape in state.items()}
 
 
+Feeds = Callable[[int], dict[str, np.ndarray]]  # seed -> one sample
 # Inputs for shared models that generated ones cannot serve (a sequence length to choose, a sample rate of 16000).
-SHARED_FEEDS = {
-    "silero_vad.onnx": lambda: _audio(576, state=(2, 1, 128)) | {"sr": np.array(16000, np.int64)},
-    "silero_vad_16k_op15.onnx": lambda: _audio(576, state=(2, 1, 128)) | {"sr": np.array(16000, np.int64)},
-    "silero_vad_v3.1_2021_with_attention.onnx": lambda: _audio(1536, h0=(2, 1, 64), c0=(2, 1, 64)),
+SHARED_FEEDS: dict[str, Feeds] = {
+    "silero_vad.onnx": lambda seed: _audio(576, seed, state=(2, 1, 128)) | {"sr": np.array(16000, np.int64)},
+    "silero_vad_16k_op15.onnx": lambda seed: _audio(576, seed, state=(2, 1, 128)) | {"sr": np.array(16000, np.int64)},
+    "silero_vad_v3.1_2021_with_attention.onnx": lambda seed: _audio(1536, seed, h0=(2, 1, 64), c0=(2, 1, 64)),
 }
 GOAL = 1.05
-SECTIONS = {"corpus": "backend pick stability (generated corpus)", "shared": "backend pick stability (shared models)",
-            "all": "backend pick stability (corpus and shared models)"}
+SETS = {"corpus": "generated corpus", "shared": "shared models", "all": "corpus and shared models"}
+SECTIONS = {key: f"backend pick stability ({text})" for key, text in SETS.items()}
+QUANTIZE_SECTIONS = {key: f"quantize per target ({text})" for key, text in SETS.items()}
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A model to measure: its inputs (None: generated from its signature) and the shapes to quantize it at."""
+
+    name: str
+    source: str
+    path: Path
+    feeds: Feeds | None = None
+    static_shape: tuple[str, ...] = ()
 
 
 @dataclass
@@ -107,15 +130,16 @@ class Row:
         return "unresolved" if worst.low <= GOAL else "missed"
 
 
-def models(which: str, only: list[str], workdir: Path) -> list[tuple[str, str, Path, dict[str, np.ndarray] | None]]:
-    """(name, source, path, golden feeds or None) for the corpus and/or the shared models."""
-    found: list[tuple[str, str, Path, dict[str, np.ndarray] | None]] = []
+def models(which: str, only: list[str], workdir: Path) -> list[Subject]:
+    """The corpus and/or the shared models, with their inputs where generated ones cannot serve."""
+    found: list[Subject] = []
     if which in ("corpus", "all"):
-        found += [(name, "corpus", path, CORPUS[name].feeds()) for name, path in write_corpus(workdir).items()]
+        found += [Subject(name, "corpus", path, CORPUS[name].feeds, tuple(CORPUS[name].static_shape_args()))
+                  for name, path in write_corpus(workdir).items()]
     if which in ("shared", "all") and MODELS.is_dir():
-        found += [(f"{p.parent.name}/{p.name}", "shared", p, SHARED_FEEDS[p.name]() if p.name in SHARED_FEEDS else None)
+        found += [Subject(f"{p.parent.name}/{p.name}", "shared", p, SHARED_FEEDS.get(p.name))
                   for p in sorted(MODELS.glob("*/*.onnx"))]
-    return [m for m in found if not only or any(o in m[0] for o in only)]
+    return [m for m in found if not only or any(o in m.name for o in only)]
 
 
 def probe(path: Path, hardware: Hardware, feeds: dict[str, np.ndarray] | None, budget_s: float) -> Selection:
@@ -167,9 +191,9 @@ def nnapi_partitions(path: Path) -> str:
     return f"{ours} / {theirs}"
 
 
-def measure(name: str, source: str, path: Path, feeds: dict[str, np.ndarray] | None, hardware: Hardware,
-            args: argparse.Namespace) -> Row:
-    row = Row(name, source)
+def measure(subject: Subject, hardware: Hardware, args: argparse.Namespace) -> Row:
+    row, path = Row(subject.name, subject.source), subject.path
+    feeds = subject.feeds(0) if subject.feeds else None
     row.nnapi = nnapi_partitions(path) if args.nnapi else "-"
     try:
         selections = [probe(path, hardware, feeds, args.budget) for _ in range(args.probes)]
@@ -226,7 +250,7 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
             f"resolved by lower p95, lower memory, then candidate order.\n\n" + "\n".join(lines))
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--probes", type=int, default=5, help="probes per model (default 5)")
     parser.add_argument("--budget", type=float, default=5.0, help="time budget of each probe in seconds (default 5)")
@@ -236,22 +260,71 @@ def main() -> None:
     parser.add_argument("--set", choices=list(SECTIONS), default="all",
                         help="the generated corpus, the models in ../shared/models, or both (default); each its own section")
     parser.add_argument("--no-nnapi", dest="nnapi", action="store_false", help="skip the NNAPI partition column")
+    parser.add_argument("--no-probe", dest="probe", action="store_false",
+                        help="skip the backend pick part (probes, independent timing, NNAPI partitions)")
+    parser.add_argument("--no-quantize", dest="quantize", action="store_false", help="skip the quantize part")
+    parser.add_argument("--targets", default=",".join(DEFAULT_TARGETS),
+                        help=f"comma-separated target profiles to quantize for, or 'all' (default {','.join(DEFAULT_TARGETS)})")
+    parser.add_argument("--calib", type=int, default=8, help="calibration samples per model (default 8)")
+    parser.add_argument("--max-drop", type=float, default=1.0, help="quantize accuracy budget in points (default 1)")
+    parser.add_argument("--no-measure", dest="measure", action="store_false",
+                        help="quantize without its latency measurement (as edgectl quantize --no-measure)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the figures into docs/benchmarks.md")
     args = parser.parse_args()
-    command = "./scripts/bench corpus " + shlex.join(sys.argv[1:])
-    hardware = probe_hardware()
+    if not args.probe and not args.quantize:
+        parser.error("--no-probe and --no-quantize leave nothing to measure")
+    args.targets = _targets(parser, args.targets)
+    return args
+
+
+def _targets(parser: argparse.ArgumentParser, value: str) -> tuple[str, ...]:
+    import targets
+
+    known = [p.name for p in targets.list_profiles()]
+    names = known if value == "all" else [t.strip() for t in value.split(",") if t.strip()]
+    unknown = [t for t in names if t not in known]
+    if unknown or not names:
+        parser.error(f"--targets {value!r}: unknown {', '.join(unknown) or 'none given'} (known: {', '.join(known)})")
+    return tuple(names)
+
+
+def main() -> None:
+    args = parse_args()
+    command = ("./scripts/bench corpus " + shlex.join(sys.argv[1:])).strip()
+    settings = QuantSettings(args.targets, args.calib, args.max_drop, args.measure)
+    hardware = probe_hardware() if args.probe else None
+    if args.quantize:
+        warm_up()
     started = time.perf_counter()
-    rows = []
+    rows: list[Row] = []
+    quantized: list[Quantized] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, source, path, feeds in models(args.set, args.only, Path(tmp)):
-            row = measure(name, source, path, feeds, hardware, args)
-            rows.append(row)
-            print(" | ".join(describe(row)), flush=True)
-    body = markdown(rows, args) + f"\n\nThe run took {time.perf_counter() - started:.0f} s."
-    print("\n" + body + f"\n\nrerun: {command.strip()}")
+        for subject in models(args.set, args.only, Path(tmp)):
+            if hardware is not None:
+                rows.append(measure(subject, hardware, args))
+                print(" | ".join(describe(rows[-1])), flush=True)
+            if args.quantize:
+                done = quantize_model(subject.name, subject.path, subject.feeds, subject.static_shape, Path(tmp), settings)
+                quantized += done
+                for result in done:
+                    print(" | ".join(describe_quantized(result)), flush=True)
+    took = (f"\n\nThe run took {time.perf_counter() - started:.0f} s{' (both parts)' if args.probe and args.quantize else ''}"
+            f", load average {_load()} at its end.")
+    parts = ([(SECTIONS[args.set], markdown(rows, args))] if args.probe else []) + (
+        [(QUANTIZE_SECTIONS[args.set], f"Machine: {machine()}.\n\n" + markdown_quantized(quantized, settings))]
+        if args.quantize else [])
+    for section, body in parts:
+        print(f"\n## {section}\n\n{body}{took}")
+    print(f"\nmeasured: {'backend picks' if args.probe else ''}{' and ' if args.probe and args.quantize else ''}"
+          f"{'quantize for ' + ', '.join(args.targets) if args.quantize else ''}"
+          f"{' (no latency)' if args.quantize and not args.measure else ''}\nrerun: {command}")
     if not args.no_docs:
-        section = SECTIONS[args.set]
-        print(f"figures written to {write_section(section, command.strip(), body).relative_to(ROOT)} (## {section})")
+        for section, body in parts:
+            print(f"figures written to {write_section(section, command, body + took).relative_to(ROOT)} (## {section})")
+
+
+def _load() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg()) + f" (1/5/15 min, {os.cpu_count()} cores)"
 
 
 if __name__ == "__main__":

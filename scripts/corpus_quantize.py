@@ -1,0 +1,188 @@
+"""The quantize part of ``./scripts/bench corpus``: per model and target, what ``edgectl quantize`` would do.
+
+Each (model, target) runs ``quantize.pipeline.attempt_quantize`` in ``auto`` mode, which returns the
+report even when the CLI would exit 5, so the table shows the outcome (written, exit 5 and why, refused
+and why), the chosen variant and its format, the accuracy of every output against the budget, and each
+quantized variant's onnxruntime latency over the float model's *on this host*: the target hardware
+is not here, so the ratio says what the host CPU does with the format, not what the target will.
+onnxruntime's warnings are captured (``quantize.runtime_log``) and counted, not printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent.errors import EdgeError, one_line
+from quantize.pipeline import QuantizeRequest, attempt_quantize
+from quantize.recipe import Mode
+from quantize.runtime_log import capture_runtime_log
+
+__all__ = ["DEFAULT_TARGETS", "QuantSettings", "Quantized", "describe", "markdown", "quantize_model", "warm_up"]
+
+DEFAULT_TARGETS = ("cpu-x86", "jetson-orin", "nnapi", "myriad", "coreml-mlprogram")
+Feeds = Callable[[int], dict[str, np.ndarray]]  # seed -> one sample, a value per input name
+
+
+@dataclass(frozen=True)
+class QuantSettings:
+    """What every quantize run of one benchmark run is given."""
+
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+    calib: int = 8
+    max_drop: float = 1.0
+    measure: bool = True
+
+
+@dataclass
+class Quantized:
+    """One model quantized for one target."""
+
+    model: str
+    target: str
+    outcome: str  # written, exit 5, refused (exit 2), error (exit 1)
+    reason: str = ""
+    data: dict[str, Any] = field(default_factory=dict)  # the quantize report's JSON figures
+    wall_s: float = 0.0
+    log_lines: int = 0
+    calibration: str = ""
+
+
+def quantize_model(name: str, path: Path, feeds: Feeds | None, static_shape: tuple[str, ...], workdir: Path,
+                   settings: QuantSettings) -> list[Quantized]:
+    """``name`` quantized for each target, on ``settings.calib`` samples from ``feeds`` (random ones without)."""
+    calib_dir = _calibration(feeds, workdir / f"calib-{path.stem}", settings.calib) if feeds else None
+    source = f"{settings.calib} samples of its own inputs" if feeds else f"{settings.calib} synthetic samples"
+    results = []
+    for target in settings.targets:
+        request = QuantizeRequest(model=path, target=target, output=workdir / f"{path.stem}.{target}.onnx",
+                                  mode=Mode.AUTO, calib_dir=calib_dir, calib_synthetic=0 if feeds else settings.calib,
+                                  max_drop=settings.max_drop, measure=settings.measure, static_shape=static_shape)
+        result = _attempt(name, target, request)
+        result.calibration = source
+        results.append(result)
+    return results
+
+
+def warm_up() -> None:
+    """Import what the first run would otherwise pay for (OpenVINO, onnxruntime.quantization), so its time is its own."""
+    import onnxruntime.quantization  # noqa: F401
+
+    with contextlib.suppress(ImportError):  # without it latency has no OpenVINO figure; the pipeline notes it
+        import openvino  # noqa: F401
+
+
+def _calibration(feeds: Feeds, folder: Path, count: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for seed in range(count):
+        arrays: dict[str, Any] = feeds(seed)  # Any: numpy's stub reads ** as its allow_pickle keyword
+        np.savez(folder / f"{seed:03d}.npz", **arrays)
+    return folder
+
+
+def _attempt(name: str, target: str, request: QuantizeRequest) -> Quantized:
+    started = time.perf_counter()
+    with capture_runtime_log() as log:
+        try:
+            outcome = attempt_quantize(request)
+            result = Quantized(name, target, "written" if outcome.written else "exit 5",
+                               "" if outcome.failure is None else one_line(outcome.failure), outcome.report.data)
+        except EdgeError as exc:  # bad input for this target (exit 2) or a bug (exit 1): a row that says so
+            result = Quantized(name, target, "refused" if exc.exit_code == 2 else f"exit {exc.exit_code}", one_line(exc))
+        except Exception as exc:  # a crash is a finding for the table, not the end of the benchmark
+            result = Quantized(name, target, "error", f"{type(exc).__name__}: {one_line(exc)}")
+    result.wall_s = time.perf_counter() - started
+    result.log_lines = len(log.lines())
+    return result
+
+
+def _variant(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in data["variants"] if v["name"] == name)
+
+
+def chosen_format(data: dict[str, Any]) -> str:
+    """The chosen variant and its format, e.g. ``int8: QDQ u8 act / s8 per-channel weights, 2 nodes float``."""
+    variant = _variant(data, data["chosen"])
+    recipe = variant["recipe"]
+    if recipe["precision"] == "int8":
+        act, weight = (_type(recipe["activation_type"]), _type(recipe["weight_type"]))
+        text = (f"QDQ {act}{' sym' if recipe['symmetric_activations'] else ''} act / {weight} "
+                f"{'per-channel' if recipe['per_channel'] else 'per-tensor'} weights"
+                f"{'' if recipe['op_types'] == 'all' else ', ' + '/'.join(recipe['op_types']) + ' only'}")
+    else:
+        text = {"fp32": "float, unchanged", "fp16": "fp16", "dynamic": "dynamic int8"}.get(recipe["precision"],
+                                                                                         recipe["precision"])
+    kept = len(variant["kept_float"])
+    return f"{data['chosen']}: {text}" + (f", {kept} nodes float" if kept and recipe["precision"] != "fp32" else "")
+
+
+def _type(quant_type: str) -> str:
+    return {"QUInt8": "u8", "QInt8": "s8", "QUInt16": "u16", "QInt16": "s16"}.get(quant_type, quant_type)
+
+
+def accuracy(data: dict[str, Any]) -> str:
+    """Every output of the chosen variant: metric, drop in points against the budget."""
+    budget = data["max_drop"]
+    parts = []
+    for score in _variant(data, data["chosen"])["accuracy"]["outputs"]:
+        mark = "ok" if score["drop"] <= budget else "OVER"
+        parts.append(f"{score['output']}: {score['metric']} drop {score['drop']:.2f} {mark}")
+    return "; ".join(parts)
+
+
+def latency(data: dict[str, Any]) -> str:
+    """Each non-float variant's onnxruntime ms over the float model's on this host; the chosen one marked *."""
+    base = _variant(data, "float")["latency"].get("ort_ms")
+    parts = []
+    for variant in data["variants"]:
+        ms = variant["latency"].get("ort_ms")
+        if variant["name"] == "float" or ms is None or not base:
+            continue
+        parts.append(f"{variant['name']}{'*' if variant['name'] == data['chosen'] else ''} {ms / base:.2f}")
+    if not parts:
+        return "not measured" if base is None else "float only"
+    return ", ".join(parts) + f" (float {base:.3f} ms)"
+
+
+def describe(result: Quantized) -> list[str]:
+    """The table row."""
+    outcome = result.outcome if not result.reason else f"{result.outcome}: {result.reason[:160]}"
+    if not result.data:
+        return [result.model, result.target, outcome, "-", "-", "-", f"{result.wall_s:.1f}"]
+    return [result.model, result.target, outcome, chosen_format(result.data), accuracy(result.data),
+            latency(result.data), f"{result.wall_s:.1f}"]
+
+
+HEADER = ["model", "target", "outcome", "chosen: format", "accuracy per output (points dropped vs budget)",
+          "ORT latency quantized / float, this host (* chosen)", "s"]
+
+
+def markdown(results: list[Quantized], settings: QuantSettings) -> str:
+    """The section's text: what was run and measured, the counts, the table."""
+    counts = Counter(r.outcome for r in results)
+    models = len({r.model for r in results})
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in describe(r)) + " |" for r in results]
+    logged = sum(r.log_lines for r in results)
+    other = len(results) - counts["written"] - counts["exit 5"] - counts["refused"]
+    measured = ("latency measured by the pipeline (onnxruntime and OpenVINO, interleaved; the table shows "
+                "onnxruntime)" if settings.measure else
+                "latency not measured (--no-measure: `auto` then keeps the float model on CPU targets, which "
+                "choose by speed)")
+    plural = "s" if models != 1 else ""
+    return (f"{models} model{plural} x {len(settings.targets)} targets ({', '.join(settings.targets)}), `edgectl "
+            f"quantize --mode auto --max-drop {settings.max_drop:g}` through `quantize.pipeline.attempt_quantize`; "
+            f"calibration on {settings.calib} samples per model (the corpus's own inputs, or the shared model's "
+            f"golden inputs where the benchmark has them, else synthetic); accuracy against the float model on "
+            f"those samples (optimistic: no held-out data); {measured}. The latency ratio is the host CPU "
+            f"running the target's format with onnxruntime, **not the target**: an fp16 or NNAPI-format model "
+            f"is expected to be slower here. s: wall time of the run. **{counts['written']} written, {counts['exit 5']} "
+            f"exit 5, {counts['refused']} refused, {other} other** of {len(results)}; onnxruntime wrote {logged} "
+            f"log lines, captured.\n\n" + "\n".join(lines))
