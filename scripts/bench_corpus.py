@@ -269,6 +269,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-drop", type=float, default=1.0, help="quantize accuracy budget in points (default 1)")
     parser.add_argument("--no-measure", dest="measure", action="store_false",
                         help="quantize without its latency measurement (as edgectl quantize --no-measure)")
+    parser.add_argument("--measure-max-ms", type=float, default=100.0,
+                        help="quantize without latency measurement models whose float inference takes longer (default 100)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the figures into docs/benchmarks.md")
     args = parser.parse_args()
     if not args.probe and not args.quantize:
@@ -291,7 +293,7 @@ def _targets(parser: argparse.ArgumentParser, value: str) -> tuple[str, ...]:
 def main() -> None:
     args = parse_args()
     command = ("./scripts/bench corpus " + shlex.join(sys.argv[1:])).strip()
-    settings = QuantSettings(args.targets, args.calib, args.max_drop, args.measure)
+    settings = QuantSettings(args.targets, args.calib, args.max_drop, args.measure, args.measure_max_ms)
     hardware = probe_hardware() if args.probe else None
     if args.quantize:
         warm_up()

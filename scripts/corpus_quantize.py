@@ -39,6 +39,7 @@ class QuantSettings:
     calib: int = 8
     max_drop: float = 1.0
     measure: bool = True
+    measure_max_ms: float | None = None  # skip the latency measurement of models slower than this (float, one run)
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Quantized:
     wall_s: float = 0.0
     log_lines: int = 0
     calibration: str = ""
+    latency_skipped: str = ""  # why this model's latency was not measured, when --measure-max-ms skipped it
 
 
 def quantize_model(name: str, path: Path, feeds: Feeds | None, static_shape: tuple[str, ...], workdir: Path,
@@ -60,15 +62,45 @@ def quantize_model(name: str, path: Path, feeds: Feeds | None, static_shape: tup
     """``name`` quantized for each target, on ``settings.calib`` samples from ``feeds`` (random ones without)."""
     calib_dir = _calibration(feeds, workdir / f"calib-{path.stem}", settings.calib) if feeds else None
     source = f"{settings.calib} samples of its own inputs" if feeds else f"{settings.calib} synthetic samples"
+    measure, skipped = settings.measure, ""
+    if measure and settings.measure_max_ms is not None:
+        with capture_runtime_log():
+            float_ms = _float_ms(path, feeds)
+        if float_ms is not None and float_ms > settings.measure_max_ms:
+            measure, skipped = False, f"float {float_ms:.0f} ms > --measure-max-ms {settings.measure_max_ms:g}"
     results = []
     for target in settings.targets:
         request = QuantizeRequest(model=path, target=target, output=workdir / f"{path.stem}.{target}.onnx",
                                   mode=Mode.AUTO, calib_dir=calib_dir, calib_synthetic=0 if feeds else settings.calib,
-                                  max_drop=settings.max_drop, measure=settings.measure, static_shape=static_shape)
+                                  max_drop=settings.max_drop, measure=measure, static_shape=static_shape)
         result = _attempt(name, target, request)
-        result.calibration = source
+        result.calibration, result.latency_skipped = source, skipped
         results.append(result)
     return results
+
+
+def _float_ms(path: Path, feeds: Feeds | None) -> float | None:
+    """One warm onnxruntime run of the float model in ms (dynamic dims as 1 without feeds); None if it cannot run."""
+    import onnxruntime as ort
+
+    from quantize.evaluate import quiet_options
+
+    try:
+        session = ort.InferenceSession(str(path), quiet_options(), providers=["CPUExecutionProvider"])
+        inputs = feeds(0) if feeds else {
+            i.name: np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], _NUMPY[i.type])
+            for i in session.get_inputs()}
+        session.run(None, inputs)
+        started = time.perf_counter()
+        session.run(None, inputs)
+        return (time.perf_counter() - started) * 1000
+    except Exception:  # not runnable with these inputs: let the pipeline say why
+        return None
+
+
+_NUMPY = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
+          "tensor(int32)": np.int32, "tensor(uint8)": np.uint8, "tensor(int8)": np.int8, "tensor(bool)": np.bool_,
+          "tensor(float16)": np.float16}
 
 
 def warm_up() -> None:
@@ -137,8 +169,10 @@ def accuracy(data: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def latency(data: dict[str, Any]) -> str:
+def latency(data: dict[str, Any], skipped: str = "") -> str:
     """Each non-float variant's onnxruntime ms over the float model's on this host; the chosen one marked *."""
+    if skipped:
+        return f"not measured ({skipped})"
     base = _variant(data, "float")["latency"].get("ort_ms")
     parts = []
     for variant in data["variants"]:
@@ -157,7 +191,7 @@ def describe(result: Quantized) -> list[str]:
     if not result.data:
         return [result.model, result.target, outcome, "-", "-", "-", f"{result.wall_s:.1f}"]
     return [result.model, result.target, outcome, chosen_format(result.data), accuracy(result.data),
-            latency(result.data), f"{result.wall_s:.1f}"]
+            latency(result.data, result.latency_skipped), f"{result.wall_s:.1f}"]
 
 
 HEADER = ["model", "target", "outcome", "chosen: format", "accuracy per output (points dropped vs budget)",
@@ -172,8 +206,10 @@ def markdown(results: list[Quantized], settings: QuantSettings) -> str:
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in describe(r)) + " |" for r in results]
     logged = sum(r.log_lines for r in results)
     other = len(results) - counts["written"] - counts["exit 5"] - counts["refused"]
-    measured = ("latency measured by the pipeline (onnxruntime and OpenVINO, interleaved; the table shows "
-                "onnxruntime)" if settings.measure else
+    cap = ("" if settings.measure_max_ms is None else
+           f", except for models whose float inference takes over {settings.measure_max_ms:g} ms here")
+    measured = (f"latency measured by the pipeline (onnxruntime and OpenVINO, interleaved; the table shows "
+                f"onnxruntime){cap}" if settings.measure else
                 "latency not measured (--no-measure: `auto` then keeps the float model on CPU targets, which "
                 "choose by speed)")
     plural = "s" if models != 1 else ""

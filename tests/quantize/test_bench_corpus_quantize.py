@@ -16,7 +16,7 @@ def test_rows_say_written_exit_5_and_refused_with_each_output(tmp_path: Path) ->
     path = write_corpus(tmp_path, ["detector"])["detector"]
     entry = CORPUS["detector"]
     written = quantize_model("detector", path, entry.feeds, tuple(entry.static_shape_args()), tmp_path,
-                             QuantSettings(("nnapi", "edgetpu"), calib=2, measure=False))
+                             QuantSettings(("nnapi", "edgetpu"), calib=2, measure_max_ms=0.0))
     # A budget of 0 cannot hold for INT8 under cosine: the row keeps the figures the CLI would not write.
     failed = quantize_model("detector", path, entry.feeds, (), tmp_path,
                             QuantSettings(("jetson-orin",), calib=2, max_drop=0.0, measure=False))
@@ -25,7 +25,8 @@ def test_rows_say_written_exit_5_and_refused_with_each_output(tmp_path: Path) ->
     row = describe(nnapi)
     assert "QDQ u8 act / s8 per-channel weights" in row[3]
     assert "boxes: cosine similarity drop" in row[4] and "scores: cosine similarity drop" in row[4]
-    assert row[5] == "not measured"
+    assert row[5].startswith("not measured (float ") and row[5].endswith("> --measure-max-ms 0)")
+    assert "latency not measured (--no-measure)" in nnapi.data["notes"]  # the cap reached the pipeline
     assert edgetpu.outcome == "refused" and "edgetpu" in edgetpu.reason and describe(edgetpu)[3] == "-"
     assert orin.outcome == "exit 5" and "accuracy budget not met" in orin.reason
     assert "OVER" in describe(orin)[4] and orin.data["chosen"] == "int8"
