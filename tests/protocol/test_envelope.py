@@ -40,7 +40,8 @@ def test_untrusted_key_is_named(key: Ed25519PrivateKey) -> None:
         TrustedKeys([key.public_key()]).verify(sign(MANIFEST_TYPE, b"{}", other), MANIFEST_TYPE)
 
 
-@pytest.mark.parametrize("raw", [b"not json", b"[]", b'{"payloadType": 1, "payload": ""}', b'{"payloadType": "t", "payload": "!!"}'])
+@pytest.mark.parametrize("raw", [b"not json", b"[]", b'{"payloadType": 1, "payload": ""}',
+                                 b'{"payloadType": "t", "payload": "!!"}'])
 def test_malformed_envelopes_are_protocol_errors(raw: bytes) -> None:
     with pytest.raises(ProtocolError):
         Envelope.from_bytes(raw)

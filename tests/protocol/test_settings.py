@@ -48,10 +48,11 @@ def test_plaintext_to_a_remote_broker_needs_insecure(tmp_path: Path) -> None:
     key.write_text("x")
     with pytest.raises(ConfigError, match="plaintext"):
         load_agent_config(None, {"device_id": "a", "broker": "mqtt://10.0.0.5:1883", "trust.packages": str(key)})
-    cfg = load_agent_config(None, {"device_id": "a", "broker": "mqtt://10.0.0.5:1883", "insecure": "true", "trust.packages": str(key)})
+    cfg = load_agent_config(None, {"device_id": "a", "broker": "mqtt://10.0.0.5:1883", "insecure": "true",
+                                   "trust.packages": str(key)})
     assert cfg.insecure
 
 
 def test_agent_needs_a_trusted_package_key() -> None:
-    with pytest.raises(ConfigError, match="trust.packages is empty"):
+    with pytest.raises(ConfigError, match=r"trust\.packages is empty"):
         load_agent_config(None, {"device_id": "a"})
