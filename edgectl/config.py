@@ -29,6 +29,7 @@ class RetentionSettings:
     latency_rows: int = 1000
     events: int = 500
     max_age_days: float = 30.0
+    telemetry_rows: int = 1000  # telemetry history points (the console's device charts)
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,14 @@ from agent.errors import EdgeError
 from agent.protocol import topics
 from agent.protocol.messages import ChunkRequest, DeviceEvent, Presence, device_json
 from agent.transport import Message, MqttTransport
+from edgectl.controller.history import telemetry_point
 from edgectl.controller.inbox import Drops
 from edgectl.controller.records import DeviceRow
 from edgectl.controller.store import Store
 
 __all__ = ["DeviceRecord", "EventReport", "Ingest", "LiveBirth", "Report", "StateReport", "collect_devices"]
 
-# Latency history keeps one telemetry point per device per this many seconds.
+# Latency and telemetry history keep one telemetry point per device per this many seconds.
 LATENCY_EVERY_S = 5.0
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,7 @@ class Ingest:
         if now - self._latency_at.get(device_id, 0.0) < LATENCY_EVERY_S:
             return
         self._latency_at[device_id] = now
+        self.store.add_telemetry(telemetry_point(device_id, report, _report_ts(report, now)))
         models = report.get("models")
         for name, stats in (models.items() if isinstance(models, dict) else ()):
             latency = stats.get("latency_ms") if isinstance(stats, dict) else None

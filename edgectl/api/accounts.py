@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from agent.errors import NotFoundError, UserError
 from edgectl.controller.accounts import ROLES, Role, TokenRow, UserRow
 from edgectl.controller.store import Store
-from edgectl.controller.store_console import ConsoleStore, console_store
 
 __all__ = ["Accounts", "Principal", "hash_token", "parse_role"]
 
@@ -57,7 +56,6 @@ class Accounts:
 
     def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        self.console: ConsoleStore = console_store(store)
         self.clock = clock
 
     # -- users ------------------------------------------------------------------------------------
@@ -67,16 +65,16 @@ class Accounts:
             raise UserError(f"user name {name!r}: use 1-64 letters, digits, '.', '_', '@' or '-', "
                             "starting with a letter or digit")
         user = UserRow(name, role, self.clock())
-        if not self.console.add_user(user):
+        if not self.store.add_user(user):
             raise UserError(f"user {name!r} exists already (see `edgectl users list`)")
         self.store.audit("user added", f"{name} as {role}", actor=actor)
         return user
 
     def users(self) -> list[UserRow]:
-        return self.console.users()
+        return self.store.users()
 
     def remove_user(self, name: str, actor: str) -> None:
-        if not self.console.remove_user(name, self.clock()):
+        if not self.store.remove_user(name, self.clock()):
             raise NotFoundError(f"no user {name!r} (see `edgectl users list`)")
         self.store.audit("user removed", f"{name} (its tokens revoked)", actor=actor)
 
@@ -84,7 +82,7 @@ class Accounts:
 
     def create_token(self, user: str, name: str, expires_s: float | None, actor: str) -> tuple[TokenRow, str]:
         """A new token for ``user``: (its row, the token itself, shown once and never stored)."""
-        if self.console.user(user) is None:
+        if self.store.user(user) is None:
             raise NotFoundError(f"no user {user!r}: add it first with `edgectl users add {user} --role viewer`")
         if expires_s is not None and expires_s <= 0:
             raise UserError("token expiry must be a positive duration")
@@ -92,15 +90,15 @@ class Accounts:
         token = f"{PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
         now = self.clock()
         row = TokenRow(token_id, user, name, hash_token(token), now, now + expires_s if expires_s else None)
-        self.console.add_token(row)
+        self.store.add_token(row)
         self.store.audit("token created", f"{token_id} for {user}" + (f" ({name})" if name else ""), actor=actor)
         return row, token
 
     def tokens(self, user: str | None = None) -> list[TokenRow]:
-        return self.console.tokens(user)
+        return self.store.tokens(user)
 
     def revoke_token(self, token_id: str, actor: str) -> None:
-        if not self.console.revoke_token(token_id, self.clock()):
+        if not self.store.revoke_token(token_id, self.clock()):
             raise NotFoundError(f"no active token {token_id!r} (see `edgectl tokens list`)")
         self.store.audit("token revoked", token_id, actor=actor)
 
@@ -112,10 +110,10 @@ class Accounts:
         match = _TOKEN.match(token.strip()) if scheme.lower() == "bearer" else None
         if match is None:
             return None
-        row = self.console.token(match.group(1))
+        row = self.store.token(match.group(1))
         if row is None or not hmac.compare_digest(row.sha256, hash_token(token.strip())):
             return None
         if row.revoked is not None or (row.expires is not None and row.expires <= self.clock()):
             return None
-        user = self.console.user(row.user)
+        user = self.store.user(row.user)
         return Principal(user.name, user.role, row.id) if user is not None else None

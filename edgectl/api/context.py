@@ -14,7 +14,6 @@ from prometheus_client import Counter as PromCounter
 from agent.protocol.envelope import TrustedKeys
 from edgectl.api.accounts import Accounts
 from edgectl.controller.store import Store
-from edgectl.controller.store_console import ConsoleStore
 
 __all__ = ["ApiContext", "ApiMetrics", "StoreTimer"]
 
@@ -67,7 +66,3 @@ class ApiContext:
     def __post_init__(self) -> None:
         self.timer = StoreTimer(self.registry)
         self.requests = ApiMetrics(self.registry)
-
-    @property
-    def console(self) -> ConsoleStore:
-        return self.accounts.console

@@ -8,6 +8,7 @@ from agent.errors import UserError
 from edgectl.api.context import ApiContext
 from edgectl.api.router import ApiError, Param, Request, Response, Route
 from edgectl.controller.accounts import Role
+from edgectl.controller.history import with_rates
 from edgectl.controller.queries import DeviceQuery
 from edgectl.controller.selector import parse_selector
 from edgectl.fleet import device_detail, device_page, fleet_summary
@@ -26,6 +27,43 @@ LIST_PARAMS = (
     Param("limit", "integer", "Page size.", minimum=1, maximum=1000, default=100),
     Param("offset", "integer", "Devices to skip.", minimum=0, default=0),
 )
+
+
+DETAIL_PARAMS = (
+    Param("history", "integer", "Newest telemetry history points to return (oldest first); the store keeps "
+          "controller.retention.telemetry_rows a device.", minimum=0, maximum=100_000, default=360),
+)
+NUMBER = {"type": "number", "nullable": True}
+HISTORY_POINT: dict[str, Any] = {
+    "type": "object",
+    "description": "One kept telemetry report. Latency is of the model that served the most requests in the report's "
+                   "window; the rate is the agent's throughput summed over its models, or the growth of its request "
+                   "counters since the point before (null across a restart or a change of model).",
+    "properties": {
+        "ts": {"type": "number", "description": "The device's time of the report (Unix seconds)."},
+        "model": {"type": "string", "description": "Model of the latency figures; empty when none is served."},
+        "version": {"type": "integer", "nullable": True},
+        "p50_ms": NUMBER, "p95_ms": NUMBER, "cpu_percent": NUMBER, "memory_percent": NUMBER,
+        "requests": {"type": "integer", "nullable": True, "description": "Requests served since the agent started."},
+        "rate_rps": {**NUMBER, "description": "Inference requests per second."},
+    },
+}
+DETAIL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "device_id": {"type": "string"}, "status": {"type": "string", "enum": ["online", "offline", "unknown"]},
+        "target": {"type": "string", "nullable": True}, "model": {"type": "string", "nullable": True},
+        "version": {"type": "integer", "nullable": True}, "backend": {"type": "string", "nullable": True},
+        "tags": {"type": "object"}, "hardware": {"type": "object", "nullable": True},
+        "telemetry": {"type": "object", "description": "The latest telemetry report, as the agent sent it."},
+        "telemetry_history": {"type": "array", "items": HISTORY_POINT,
+                              "description": "Latency p50/p95, CPU, memory and inference rate over time, oldest first."},
+        "latency": {"type": "array", "items": {"type": "object"}, "description": "p95 figures from telemetry and health "
+                    "checks, per model version (what the latency gates compare)."},
+        "events": {"type": "array", "items": {"type": "object"}}, "audit": {"type": "array", "items": {"type": "object"}},
+        "rollouts": {"type": "array", "items": {"type": "object"}},
+    },
+}
 
 
 def device_query(values: dict[str, Any]) -> DeviceQuery:
@@ -57,6 +95,9 @@ def device_routes(ctx: ApiContext) -> list[Route]:
             detail = device_detail(ctx.store, device_id)
             detail["rollouts"] = [{"rollout_id": r.rollout_id, "wave": r.wave, "status": r.status.value, "state": r.state,
                                    "detail": r.detail} for r in ctx.store.device_rollouts(device_id)]
+            limit = request.values["history"]
+            history = with_rates(ctx.store.telemetry_history(device_id, limit=limit + 1)) if limit else []
+            detail["telemetry_history"] = [p.to_dict() for p in history[-limit:]] if limit else []
         return Response(200, detail)
 
     def summary(_request: Request) -> Response:
@@ -69,6 +110,7 @@ def device_routes(ctx: ApiContext) -> list[Route]:
         Route("GET", "/api/v1/devices", Role.VIEWER, "List devices (filtered and paged in the store).", list_devices,
               LIST_PARAMS, tag="devices"),
         Route("GET", "/api/v1/devices/{device_id}", Role.VIEWER,
-              "One device: record, hardware, latest telemetry, events, latency history, rollouts, audit.", show_device,
-              responses={200: "OK", 404: "No such device"}, tag="devices"),
+              "One device: record, hardware, latest telemetry, telemetry history (latency p50/p95, CPU, memory, "
+              "inference rate), events, latency history, rollouts, audit.", show_device, DETAIL_PARAMS,
+              responses={200: "OK", 404: "No such device"}, tag="devices", answer=DETAIL_SCHEMA),
     ]

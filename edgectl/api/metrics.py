@@ -48,7 +48,7 @@ class FleetCollector(Collector):
         devices = GaugeMetricFamily("edgectl_devices", "Devices by target and presence (online, offline, unknown).",
                                     labels=["target", "status"])
         with self.ctx.timer.time("device_counts"):
-            counts = self.ctx.console.device_counts()
+            counts = self.ctx.store.device_counts()
         for (target, status), n in sorted(counts.items()):
             devices.add_metric([target or "unknown", status], n)
         yield devices
@@ -96,7 +96,7 @@ class FleetCollector(Collector):
         lag = GaugeMetricFamily("edgectl_ingest_lag_seconds", "Seconds from a device's telemetry report to the store, "
                                 f"over reports of the last {LAG_WINDOW_S:.0f}s (median and max).", labels=["stat"])
         with self.ctx.timer.time("ingest_lags"):
-            lags = self.ctx.console.ingest_lags(time.time() - LAG_WINDOW_S)
+            lags = self.ctx.store.ingest_lags(time.time() - LAG_WINDOW_S)
         if lags:
             lag.add_metric(["median"], max(0.0, statistics.median(lags)))
             lag.add_metric(["max"], max(0.0, max(lags)))

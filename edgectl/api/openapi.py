@@ -61,7 +61,8 @@ def _response(route: Route, code: int, text: str) -> dict[str, Any]:
         return _error(text)
     if route.path == "/metrics":
         return {"description": text, "content": {"text/plain": {"schema": {"type": "string"}}}}
-    return {"description": text, "content": {"application/json": {"schema": {"type": "object"}}}}
+    schema = route.answer if route.answer is not None and code < 300 else {"type": "object"}
+    return {"description": text, "content": {"application/json": {"schema": schema}}}
 
 
 def _error(text: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ __all__ = ["package_routes"]
 def package_routes(ctx: ApiContext) -> list[Route]:
     def list_packages(_request: Request) -> Response:
         with ctx.timer.time("packages"):
-            return Response(200, {"packages": [p.to_dict() for p in ctx.console.packages()]})
+            return Response(200, {"packages": [p.to_dict() for p in ctx.store.packages()]})
 
     def upload(request: Request) -> Response:
         assert request.upload is not None  # the server streams an upload route's body to a file

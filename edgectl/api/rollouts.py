@@ -32,6 +32,9 @@ CREATE_SCHEMA: dict[str, Any] = {
         "gates": {"type": "array", "items": {"type": "string"}, "description": "Gate expressions, e.g. 'p95_latency <= 1.2x'."},
         "shadow": {"type": "boolean", "description": "Shadow run on the first wave (gate agreement >= 0.99 unless given)."},
         "allow_downgrade": {"type": "boolean", "description": "Let devices install a lower version."},
+        "max_per_minute": {"type": "integer", "minimum": 0, "default": 0,
+                           "description": "Pacing: desired states sent a minute within a wave, evenly spaced (0: the whole "
+                                          "wave at once), as `edgectl deploy --fleet --max-per-minute`."},
         "dry_run": {"type": "boolean", "description": "Return the plan; record nothing."},
     },
 }
@@ -60,7 +63,8 @@ def fleet_request(body: dict[str, Any], packages: list[Path]) -> FleetRequest:
     """The body as :class:`FleetRequest`; each value parsed here first so that a 400 names its field."""
     request = FleetRequest(packages, body["selector"], body.get("waves", "1,10%,50%,100%"), body.get("max_failure", "5%"),
                            body.get("bake", "10m"), tuple(body.get("gates", ())), body.get("shadow", False),
-                           body.get("allow_downgrade", False), body.get("dry_run", False))
+                           body.get("allow_downgrade", False), body.get("dry_run", False),
+                           max_per_minute=body.get("max_per_minute", 0))
     _checked("waves", lambda: parse_waves(request.waves))
     _checked("max_failure", lambda: parse_rate(request.max_failure, "max_failure"))
     _checked("bake", lambda: parse_duration(request.bake, "bake"))
@@ -83,7 +87,7 @@ def rollout_routes(ctx: ApiContext) -> list[Route]:
 
     def create_rollout(request: Request) -> Response:
         body: dict[str, Any] = request.values["body"]
-        uploaded = {p.ref.variant: p.ref for p in ctx.console.packages()}
+        uploaded = {p.ref.variant: p.ref for p in ctx.store.packages()}
         paths = []
         for i, variant in enumerate(body["packages"]):
             if variant not in uploaded:

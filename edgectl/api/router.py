@@ -92,6 +92,7 @@ class Route:
     upload: str | None = None  # media type of a raw body streamed to a file (a package upload)
     responses: Mapping[int, str] = field(default_factory=lambda: {200: "OK"})
     tag: str = ""
+    answer: dict[str, Any] | None = None  # JSON schema of the success answer (the document shows it)
 
     @property
     def pattern(self) -> re.Pattern[str]:

@@ -17,6 +17,7 @@ import ssl
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,7 @@ class ApiServer:
         if not is_loopback(host) and tls is None:
             log.warning("REST API on %s:%d without TLS (api.insecure: true): tokens travel in clear text", host, port)
         self.ctx, self.router, self.tls = ctx, Router(routes), tls
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd = _Server((host, port), _handler(self), ctx.store.release)
         self.httpd.daemon_threads = True
         if tls is not None:  # the handshake happens in the request's thread, not in accept()
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True, do_handshake_on_connect=False)
@@ -121,6 +122,7 @@ class ApiServer:
             split = urlsplit(handler.path)
             path = unquote(split.path)
             if handler.command == "GET" and (path == "/" or path.startswith(CONSOLE)):
+                self._close_if_unread(handler)
                 return self._send(handler, self._console(path))
             route, path_params = self.router.match(handler.command, path)
             headers = {k.lower(): v for k, v in handler.headers.items()}
@@ -137,13 +139,18 @@ class ApiServer:
         finally:
             if upload is not None:
                 shutil.rmtree(upload.parent, ignore_errors=True)
-        # A body left unread (a refusal, or a route that takes none: POST .../pause with "{}") would be read as the
-        # start of the next request on this connection ("{}GET ..." -> 501): close it instead.
-        if handler.headers.get("Content-Length", "0") != "0" and not getattr(handler, "body_read", False):
-            handler.close_connection = True
+        self._close_if_unread(handler)
         self._send(handler, response)
         self.ctx.requests.observe(handler.command, route.path if route else "unmatched", response.status,
                              time.perf_counter() - start)
+
+    @staticmethod
+    def _close_if_unread(handler: BaseHTTPRequestHandler) -> None:
+        """A body left unread (a refusal, a chunked body, or a route that takes none: POST .../pause with "{}")
+        would be read as the start of the next request on this connection ("{}GET ..." -> 501): close it instead."""
+        sent = handler.headers.get("Transfer-Encoding") or handler.headers.get("Content-Length", "0").strip() not in ("", "0")
+        if sent and not getattr(handler, "body_read", False):
+            handler.close_connection = True
 
     def _authorize(self, route: Route, request: Request) -> None:
         if route.role is None or (route.path == "/metrics" and self.ctx.metrics_open):
@@ -221,7 +228,7 @@ class ApiServer:
             error = ApiError(400, str(exc))
         elif isinstance(exc, OperationFailed):
             error = ApiError(409, str(exc))
-        elif isinstance(exc, sqlite3.OperationalError):
+        elif isinstance(exc, sqlite3.OperationalError) or _store_unavailable(exc):
             log.warning("store busy: %s", exc)
             error = ApiError(503, "the store is busy; retry", headers={"Retry-After": "1"})
         else:
@@ -247,6 +254,25 @@ class ApiServer:
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(body)
+
+
+def _store_unavailable(exc: Exception) -> bool:
+    """A PostgreSQL store that is unreachable or restarting (psycopg's OperationalError): worth a retry."""
+    return any(c.__module__.startswith("psycopg") and c.__name__ == "OperationalError" for c in type(exc).__mro__)
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection; when a connection's thread ends, the store takes back its connections."""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], release: Callable[[], None]) -> None:
+        super().__init__(address, handler)
+        self.release = release
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.release()
 
 
 def _handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:

@@ -13,7 +13,6 @@ from edgectl.controller.queries import DeviceQuery
 from edgectl.controller.records import DeviceRow
 from edgectl.controller.selector import FIELDS, parse_selector
 from edgectl.controller.store import Store, open_configured
-from edgectl.controller.store_console import console_store
 from edgectl.registry import DeviceRecord, collect_devices
 
 __all__ = ["device_detail", "device_page", "fleet_devices", "fleet_summary", "open_store", "store_devices"]
@@ -75,10 +74,9 @@ def store_devices(store: Store, selector: str) -> list[dict[str, Any]]:
 def device_page(store: Store, query: DeviceQuery) -> dict[str, Any]:
     """One page of the store's devices matching ``query``, with the total; a selector key that is neither
     a field nor any device's tag is a UserError, as with ``edgectl devices --selector``."""
-    console = console_store(store)
-    page = console.device_page(query)
+    page = store.device_page(query)
     if page.total == 0:
-        tags = console.device_tag_keys()
+        tags = store.device_tag_keys()
         unknown = [k for k, _ in query.terms if k not in FIELDS and k not in tags]
         if unknown:
             raise UserError(f"selector: unknown key {unknown[0]!r} (known: {', '.join([*FIELDS, *sorted(tags)])})")
@@ -87,13 +85,12 @@ def device_page(store: Store, query: DeviceQuery) -> dict[str, Any]:
 
 def fleet_summary(store: Store) -> dict[str, Any]:
     """Device counts: total, by presence, by target, by active model (``name@version``, ``none``)."""
-    console = console_store(store)
     by_status: dict[str, int] = {}
     by_target: dict[str, int] = {}
-    for (target, status), n in console.device_counts().items():
+    for (target, status), n in store.device_counts().items():
         by_status[status] = by_status.get(status, 0) + n
         by_target[target or "unknown"] = by_target.get(target or "unknown", 0) + n
-    by_model = {f"{name}@{version}" if name else "none": n for (name, version), n in console.device_models().items()}
+    by_model = {f"{name}@{version}" if name else "none": n for (name, version), n in store.device_models().items()}
     return {"total": sum(by_status.values()), "by_status": by_status, "by_target": by_target, "by_model": by_model}
 
 

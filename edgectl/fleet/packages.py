@@ -13,7 +13,6 @@ from edgectl.controller.planner import variant_id, variant_label
 from edgectl.controller.queries import UploadedPackage
 from edgectl.controller.records import PackageRef
 from edgectl.controller.store import Store
-from edgectl.controller.store_console import console_store
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
 
@@ -45,6 +44,6 @@ def upload_package(store: Store, path: Path, trusted: TrustedKeys, actor: str, m
     kept = store.keep_package(variant, path)
     ref = PackageRef(variant, m.artifact_id, m.name, m.version, m.target.name, variant_label(package), str(kept), m.payload.size)
     uploaded = UploadedPackage(ref, time.time(), actor)
-    console_store(store).save_package(uploaded)
+    store.save_package(uploaded)
     store.audit("package uploaded", f"{ref.label} v{ref.version} for {ref.target}, variant {variant[:12]}", actor=actor)
     return uploaded

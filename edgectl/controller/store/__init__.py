@@ -1,7 +1,8 @@
-"""The controller's store: devices, telemetry history, rollouts, per-device rollout rows, audit log.
+"""The controller's store: devices, telemetry history, rollouts, per-device rollout rows, audit log,
+and the console's users, tokens and uploaded packages.
 
-:class:`Store` (``protocol.py``) is the whole interface the controller, the fleet domain layer and
-the CLI use. :func:`open_url` picks the back-end from a URL:
+:class:`Store` (``protocol.py``, which extends :class:`ConsoleStore`) is the whole interface the
+controller, the fleet domain layer, the CLI and the REST API use. :func:`open_url` picks the back-end from a URL:
 
 - a path, or ``sqlite:///relative/file.db`` / ``sqlite:////absolute/file.db`` (SQLAlchemy's form):
   :class:`SqliteStore`, the default, one controller;
@@ -20,14 +21,14 @@ from typing import TYPE_CHECKING
 from agent.errors import ConfigError
 from edgectl.controller.records import DeviceRow, RolloutDevice, RolloutRow
 from edgectl.controller.store.migrations import LATEST
-from edgectl.controller.store.protocol import DAY_S, Lease, Retention, Store
+from edgectl.controller.store.protocol import DAY_S, ConsoleStore, Lease, Retention, Store
 from edgectl.controller.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from edgectl.config import ControllerSettings
 
-__all__ = ["LATEST", "DeviceRow", "Lease", "Retention", "RolloutDevice", "RolloutRow", "SqliteStore", "Store", "is_url",
-           "open_configured", "open_url", "sqlite_path"]
+__all__ = ["LATEST", "ConsoleStore", "DeviceRow", "Lease", "Retention", "RolloutDevice", "RolloutRow", "SqliteStore", "Store",
+           "is_url", "open_configured", "open_url", "sqlite_path"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -65,4 +66,5 @@ def open_url(url: str, retention: Retention | None = None, packages_dir: Path | 
 def open_configured(settings: ControllerSettings) -> Store:
     """The store the config names (``controller.store``, ``controller.retention``)."""
     keep = settings.retention
-    return open_url(settings.store_url(), Retention(keep.latency_rows, keep.events, keep.max_age_days * DAY_S))
+    return open_url(settings.store_url(), Retention(keep.latency_rows, keep.events, keep.max_age_days * DAY_S,
+                                                    telemetry_rows=keep.telemetry_rows))

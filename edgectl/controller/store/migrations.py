@@ -100,10 +100,34 @@ CREATE INDEX IF NOT EXISTS latency_age ON latency(device_id, ts);
 DEDUPE_SQLITE = ("DELETE FROM events WHERE rowid NOT IN "
                  "(SELECT MIN(rowid) FROM events GROUP BY device_id, ts, deployment_id, state, status);")
 
+# Version 3: the console's users, tokens (hashes only) and uploaded packages. edgectl before this
+# version made these tables itself in SQLite files the API had served (the same columns): IF NOT
+# EXISTS keeps them and their rows. "user" is quoted: PostgreSQL reserves the word.
+V3 = """
+CREATE TABLE IF NOT EXISTS users(name TEXT PRIMARY KEY, role TEXT NOT NULL, created {real});
+CREATE TABLE IF NOT EXISTS tokens(
+    id TEXT PRIMARY KEY, "user" TEXT NOT NULL, name TEXT, sha256 TEXT NOT NULL, created {real}, expires {real},
+    revoked {real});
+CREATE INDEX IF NOT EXISTS tokens_user ON tokens("user");
+CREATE TABLE IF NOT EXISTS packages(variant TEXT PRIMARY KEY, ref TEXT NOT NULL, uploaded {real}, actor TEXT);
+"""
+
+# Version 4: each device's telemetry history (the console's device charts), bounded by the retention.
+V4 = """
+CREATE TABLE IF NOT EXISTS telemetry_history(
+    {id}device_id TEXT, ts {real}, model TEXT, version INTEGER, p50_ms {real}, p95_ms {real},
+    cpu_percent {real}, memory_percent {real}, requests BIGINT, rate_rps {real});
+CREATE INDEX IF NOT EXISTS telemetry_history_device ON telemetry_history(device_id, ts);
+"""
+SQLITE = {"real": "REAL", "id": ""}
+POSTGRES = {"real": "DOUBLE PRECISION", "id": "id BIGSERIAL PRIMARY KEY, "}
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "the edgectl 0.1 schema", V1_SQLITE, V1_POSTGRES),
     Migration(2, "report times, events once, retention indexes",
               V2.format(real="REAL", dedupe=DEDUPE_SQLITE), V2.format(real="DOUBLE PRECISION", dedupe="")),
+    Migration(3, "console users, tokens and uploaded packages", V3.format(**SQLITE), V3.format(**POSTGRES)),
+    Migration(4, "telemetry history", V4.format(**SQLITE), V4.format(**POSTGRES)),
 )
 LATEST = MIGRATIONS[-1].version
 

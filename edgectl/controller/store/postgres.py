@@ -4,8 +4,10 @@ psycopg 3, autocommit connections per thread: a batch is an explicit ``BEGIN``/`
 observations (presence, birth, state, telemetry) and events are written at once on a second
 connection, outside any batch: each replica receives them, the writes are idempotent or ordered by
 the device's own time, and a one-statement write holds its row lock for that statement only, so
-replicas never deadlock on each other's batches. Packages are kept in the database (every replica
-reads them) and cached as files under ``packages_dir``.
+replicas never deadlock on each other's batches. A thread that releases the store (an API request
+thread) leaves its connections in a small idle pool for the next thread. Packages are kept in the
+database (every replica reads them) and cached as files under ``packages_dir``. JSON fields of the
+text columns are read with ``column::jsonb #>> '{path}'``.
 """
 
 from __future__ import annotations
@@ -21,9 +23,15 @@ from agent.errors import ConfigError
 from edgectl.controller.leader import AdvisoryLease
 from edgectl.controller.store.migrations import MIGRATE_LOCK, migrate
 from edgectl.controller.store.protocol import Retention
-from edgectl.controller.store.sql import Batch, SqlStore
+from edgectl.controller.store.sql import IDLE_CONNECTIONS, Batch, SqlStore
 
 __all__ = ["PostgresStore", "redacted"]
+
+CONNECTIONS = ("db", "observed")  # per thread: batches and reads; observations written at once
+TAG_KEYS = ("SELECT DISTINCT jsonb_object_keys(birth::jsonb -> 'tags') AS key FROM devices "
+            "WHERE jsonb_typeof(birth::jsonb -> 'tags') = 'object'")
+LAGS = ("SELECT telemetry_ts - (telemetry::jsonb ->> 'ts')::double precision AS lag FROM devices "
+        "WHERE telemetry_ts >= ? AND jsonb_typeof(telemetry::jsonb -> 'ts') = 'number'")
 
 
 @lru_cache(maxsize=256)
@@ -48,6 +56,7 @@ class PostgresStore(SqlStore):
     """The store in one PostgreSQL database."""
 
     rowid = "id"
+    like = "ILIKE"  # SQLite's LIKE ignores ASCII case; so does the console's search on either engine
 
     def __init__(self, url: str, packages_dir: Path, retention: Retention | None = None) -> None:
         try:
@@ -59,6 +68,7 @@ class PostgresStore(SqlStore):
         self.packages_dir = packages_dir
         self._local = threading.local()
         self._connections: list[Any] = []
+        self._idle: dict[str, list[Any]] = {name: [] for name in CONNECTIONS}
         self._lock = threading.Lock()
         with self.batch():
             self._execute("SELECT pg_advisory_xact_lock(?)", (MIGRATE_LOCK,))
@@ -82,11 +92,39 @@ class PostgresStore(SqlStore):
         name = "observed" if at_once else "db"
         conn = getattr(self._local, name, None)
         if conn is None or conn.closed:
+            conn = self._reuse(name)
+        if conn is None:
             # Observations are re-sent by devices (retained, periodic): losing the last ones in a
             # database crash costs nothing, so their commits do not wait for the disk.
             conn = self._connect(synchronous=not at_once)
             setattr(self._local, name, conn)
         return conn
+
+    def _reuse(self, name: str) -> Any:
+        with self._lock:
+            while self._idle[name]:
+                conn = self._idle[name].pop()
+                if not conn.closed:
+                    setattr(self._local, name, conn)
+                    return conn
+        return None
+
+    def release(self) -> None:
+        from psycopg.pq import TransactionStatus
+
+        for name in CONNECTIONS:
+            conn = getattr(self._local, name, None)
+            if conn is None:
+                continue
+            setattr(self._local, name, None)
+            with self._lock:
+                if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE \
+                        and len(self._idle[name]) < IDLE_CONNECTIONS:
+                    self._idle[name].append(conn)
+                    continue
+                if conn in self._connections:
+                    self._connections.remove(conn)
+            conn.close()
 
     def _execute(self, sql: str, args: Sequence[Any] = (), at_once: bool = False) -> Any:
         return self._db(at_once).execute(_pg(sql), tuple(args))
@@ -103,9 +141,24 @@ class PostgresStore(SqlStore):
     def close(self) -> None:
         with self._lock:
             connections, self._connections = self._connections, []
+            self._idle = {name: [] for name in CONNECTIONS}
         for conn in connections:
             conn.close()
         self._local = threading.local()
+
+    # -- JSON in PostgreSQL -----------------------------------------------------------------------
+
+    def _json(self, column: str, path: str) -> str:
+        return f"({column}::jsonb #>> '{{{path.replace('.', ',')}}}')"
+
+    def _json_tag(self, key: str) -> tuple[str, str]:
+        return "(birth::jsonb -> 'tags' ->> CAST(? AS TEXT))", key
+
+    def _tag_keys_sql(self) -> str:
+        return TAG_KEYS
+
+    def _lags_sql(self) -> str:
+        return LAGS
 
     def lease(self) -> AdvisoryLease:
         return AdvisoryLease(self.url, self.location())

@@ -3,7 +3,9 @@
 Two back-ends implement :class:`Store`: :class:`~edgectl.controller.store.sqlite.SqliteStore` (one
 file, one controller) and :class:`~edgectl.controller.store.postgres.PostgresStore` (one database,
 several controller replicas). Records cross this boundary as the typed dataclasses of
-:mod:`edgectl.controller.records`.
+:mod:`edgectl.controller.records`, :mod:`edgectl.controller.queries` (the console's questions about many
+devices at once), :mod:`edgectl.controller.accounts` (users and tokens) and
+:mod:`edgectl.controller.history` (telemetry history).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from edgectl.controller.accounts import TokenRow, UserRow
+from edgectl.controller.history import TelemetryPoint
+from edgectl.controller.queries import DevicePage, DeviceQuery, UploadedPackage
 from edgectl.controller.records import (
     AuditEntry,
     DeviceEventRow,
@@ -24,7 +29,7 @@ from edgectl.controller.records import (
     RolloutStatus,
 )
 
-__all__ = ["GUARDED", "Lease", "Retention", "Store"]
+__all__ = ["GUARDED", "ConsoleStore", "Lease", "Retention", "Store"]
 
 DAY_S = 86400.0
 
@@ -49,8 +54,9 @@ class Retention:
 
     latency_rows: int = 1000  # newest p95 figures per device
     events: int = 500  # newest deployment events per device (events not yet applied are kept)
-    max_age_s: float = 30 * DAY_S  # older latency rows and events go, whatever their count
+    max_age_s: float = 30 * DAY_S  # older latency rows, events and telemetry history go, whatever their count
     every_s: float = 60.0
+    telemetry_rows: int = 1000  # newest telemetry history points per device (the console's device charts)
 
 
 class Lease(Protocol):
@@ -66,7 +72,38 @@ class Lease(Protocol):
     def release(self) -> None: ...
 
 
-class Store(Protocol):
+class ConsoleStore(Protocol):
+    """What the REST API, /metrics and ``edgectl users|tokens`` ask the store: device pages and counts
+    (filtered, counted and paged in SQL), users, tokens (hashes only) and uploaded packages."""
+
+    def device_page(self, query: DeviceQuery) -> DevicePage:
+        """Devices matching ``query``, ordered by id, one page of them and the total count."""
+    def device_tag_keys(self) -> set[str]:
+        """Every tag key some device reports in its birth."""
+    def device_counts(self) -> dict[tuple[str, str], int]:
+        """Devices by (target, status online|offline|unknown)."""
+    def device_models(self) -> dict[tuple[str, int | None], int]:
+        """Devices by active (model name, version); ("", None) for devices that serve nothing."""
+    def ingest_lags(self, since: float) -> list[float]:
+        """Seconds from each device's last telemetry report (its ``ts``) to the store, for reports since ``since``."""
+    def add_user(self, user: UserRow) -> bool:
+        """Add ``user``; False when the name is taken."""
+    def users(self) -> list[UserRow]: ...
+    def user(self, name: str) -> UserRow | None: ...
+    def remove_user(self, name: str, revoked: float) -> bool:
+        """Remove the user and revoke its tokens; False when there is no such user."""
+    def add_token(self, token: TokenRow) -> None: ...
+    def tokens(self, user: str | None = None) -> list[TokenRow]: ...
+    def token(self, token_id: str) -> TokenRow | None: ...
+    def revoke_token(self, token_id: str, revoked: float) -> bool:
+        """Revoke one token; False when there is no such token or it was revoked already."""
+    def save_package(self, package: UploadedPackage) -> None:
+        """List an uploaded package (again: its newer upload replaces the entry)."""
+    def packages(self) -> list[UploadedPackage]:
+        """Uploaded packages, oldest upload first."""
+
+
+class Store(ConsoleStore, Protocol):
     """The whole interface to the controller's persistent state."""
 
     retention: Retention
@@ -82,6 +119,9 @@ class Store(Protocol):
     def lease(self) -> Lease:
         """A new engine lease on this store (one per controller process)."""
     def close(self) -> None: ...
+    def release(self) -> None:
+        """This thread is done with the store for now (an API request thread ends): its connections go to an
+        idle pool that the next thread takes from, so short-lived threads do not each keep one open."""
     # -- devices ------------------------------------------------------------------------------
     def upsert_device(self, device_id: str, **fields: Any) -> None:
         """Set device fields; a ``*_at`` key of :data:`GUARDED` makes its fields apply only if not older."""
@@ -90,6 +130,10 @@ class Store(Protocol):
     def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float) -> None: ...
     def latency(self, device_id: str, model: str | None = None, version: int | None = None,
                 since: float = 0.0, limit: int = 500) -> list[LatencyPoint]: ...
+    def add_telemetry(self, point: TelemetryPoint) -> None:
+        """Keep one point of a device's telemetry history (within :class:`Retention`)."""
+    def telemetry_history(self, device_id: str, since: float = 0.0, limit: int = 500) -> list[TelemetryPoint]:
+        """The newest ``limit`` points since ``since``, oldest first."""
     def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str,
                   data: dict[str, Any]) -> None:
         """Keep a device event once (a copy with the same device, time, deployment, state and status is ignored)."""

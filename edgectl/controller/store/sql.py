@@ -2,12 +2,14 @@
 
 A back-end supplies :meth:`SqlStore._execute` (``at_once``: device observations and events, which
 PostgreSQL writes at once on a second connection so that replicas never wait on each other's
-batches), its row id column, ``batch``, ``close``, ``lease`` and where packages are kept.
+batches), its row id column, ``batch``, ``close``, ``release``, ``lease``, where packages are kept and the
+JSON hooks of the console's queries (``console.py``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -15,6 +17,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
+from edgectl.controller.history import TelemetryPoint
 from edgectl.controller.records import (
     AuditEntry,
     DeviceEventRow,
@@ -28,9 +31,15 @@ from edgectl.controller.records import (
     RolloutSpec,
     RolloutStatus,
 )
+from edgectl.controller.store.console import ConsoleSql
 from edgectl.controller.store.protocol import DEVICE_FIELDS, GUARDED, Retention
 
-__all__ = ["SqlStore"]
+__all__ = ["IDLE_CONNECTIONS", "SqlStore"]
+
+IDLE_CONNECTIONS = 8  # released connections kept for the next thread (per kind)
+HISTORY_COLUMNS = ("device_id", "ts", "model", "version", "p50_ms", "p95_ms", "cpu_percent", "memory_percent", "requests",
+                   "rate_rps")
+ADD_HISTORY = f"INSERT INTO telemetry_history({', '.join(HISTORY_COLUMNS)}) VALUES ({', '.join('?' * len(HISTORY_COLUMNS))})"
 
 ROLLOUT_COLUMNS = ("id", "created", "status", "spec", "wave", "phase", "phase_since", "reason", "updated")
 ROW_COLUMNS = ("rollout_id", "device_id", "wave", "variant", "status", "state", "detail", "data", "desired", "previous",
@@ -39,7 +48,21 @@ EVENT_KEY = "device_id=? AND ts=? AND deployment_id=? AND state=? AND status=?"
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
+    """JSON text; a NaN or infinity (a device may report one) becomes null, so SQL JSON functions can read the text."""
+    try:
+        return json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), separators=(",", ":"), default=str)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
@@ -48,7 +71,7 @@ def _upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
             f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {updates}")
 
 
-class SqlStore:
+class SqlStore(ConsoleSql):
     """Everything but connections; subclasses set ``rowid`` and implement the hooks below."""
 
     rowid = "rowid"
@@ -66,6 +89,9 @@ class SqlStore:
         raise NotImplementedError
 
     def batch(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def release(self) -> None:
         raise NotImplementedError
 
     def _all(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
@@ -124,6 +150,17 @@ class SqlStore:
         rows = self._all(sql + f" ORDER BY ts DESC, {self.rowid} DESC LIMIT ?", (*args, limit))
         return [LatencyPoint(r["device_id"], r["ts"], r["model"], r["version"], r["p95_ms"], r["source"]) for r in reversed(rows)]
 
+    # -- telemetry history --------------------------------------------------------------------------
+
+    def add_telemetry(self, point: TelemetryPoint) -> None:
+        self._execute(ADD_HISTORY, tuple(getattr(point, c) for c in HISTORY_COLUMNS))
+        self._written(point.device_id)
+
+    def telemetry_history(self, device_id: str, since: float = 0.0, limit: int = 500) -> list[TelemetryPoint]:
+        rows = self._all(f"SELECT * FROM telemetry_history WHERE device_id=? AND ts>=? ORDER BY ts DESC, {self.rowid} DESC "
+                         "LIMIT ?", (device_id, since, limit))
+        return [TelemetryPoint(**{c: r[c] for c in HISTORY_COLUMNS}) for r in reversed(rows)]
+
     # -- events -----------------------------------------------------------------------------------
 
     def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str,
@@ -171,14 +208,17 @@ class SqlStore:
         self._take_touched()
         ids = {r["device_id"] for r in self._all("SELECT DISTINCT device_id FROM latency")}
         ids |= {r["device_id"] for r in self._all("SELECT DISTINCT device_id FROM events")}
+        ids |= {r["device_id"] for r in self._all("SELECT DISTINCT device_id FROM telemetry_history")}
         return self._prune(ids, time.time() if now is None else now)
 
     def _prune(self, device_ids: Iterable[str], now: float) -> int:
         """Keep the newest rows per device within the counts, and none older than the age limit."""
         keep, gone = self.retention, 0
+        tables = (("latency", keep.latency_rows, ""), ("events", keep.events, " AND claimed=1"),
+                  ("telemetry_history", keep.telemetry_rows, ""))
         with self.batch():
             for device_id in sorted(device_ids):
-                for table, limit, extra in (("latency", keep.latency_rows, ""), ("events", keep.events, " AND claimed=1")):
+                for table, limit, extra in tables:
                     if limit > 0:
                         gone += self._execute(
                             f"DELETE FROM {table} WHERE device_id=?{extra} AND ts < (SELECT ts FROM {table} "
@@ -186,6 +226,7 @@ class SqlStore:
             if keep.max_age_s > 0:
                 gone += self._execute("DELETE FROM latency WHERE ts < ?", (now - keep.max_age_s,)).rowcount
                 gone += self._execute("DELETE FROM events WHERE ts < ? AND claimed=1", (now - keep.max_age_s,)).rowcount
+                gone += self._execute("DELETE FROM telemetry_history WHERE ts < ?", (now - keep.max_age_s,)).rowcount
         return int(gone)
 
     # -- rollouts ---------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The store in one SQLite file: the default, for one controller on one machine.
 
 WAL mode lets ``edgectl deploy`` / ``rollout pause`` read and write while ``edgectl controller run``
-runs; one connection per thread. A second controller on the same file is refused: the engine
-lease is an exclusive lock on ``<file>.controller.lock`` (replicas need PostgreSQL).
+runs; one connection per thread (a released one waits in a small idle pool for the next thread). A
+second controller on the same file is refused: the engine lease is an exclusive lock on
+``<file>.controller.lock`` (replicas need PostgreSQL).
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ from typing import Any
 from edgectl.controller.leader import FileLease
 from edgectl.controller.store.migrations import migrate
 from edgectl.controller.store.protocol import Retention
-from edgectl.controller.store.sql import Batch, SqlStore
+from edgectl.controller.store.sql import IDLE_CONNECTIONS, Batch, SqlStore
 
 __all__ = ["SqliteStore"]
+
+TAG_KEYS = ("SELECT DISTINCT j.key AS key FROM devices, json_each(devices.birth, '$.tags') j "
+            "WHERE json_type(devices.birth, '$.tags') = 'object'")
+LAGS = ("SELECT telemetry_ts - json_extract(telemetry, '$.ts') AS lag FROM devices "
+        "WHERE telemetry_ts >= ? AND json_type(telemetry, '$.ts') IN ('real', 'integer')")
 
 
 class SqliteStore(SqlStore):
@@ -31,19 +37,37 @@ class SqliteStore(SqlStore):
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
         with self.batch():
             migrate(lambda sql, args: self._all(sql, args), "sqlite", str(path))
 
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.row_factory = sqlite3.Row
+            with self._lock:
+                db = self._idle.pop() if self._idle else None
+            if db is None:
+                db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.row_factory = sqlite3.Row
+                with self._lock:
+                    self._connections.append(db)
             self._local.db = db
-            self._connections.append(db)
         return db
+
+    def release(self) -> None:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            return
+        self._local.db = None
+        with self._lock:
+            if not db.in_transaction and len(self._idle) < IDLE_CONNECTIONS:
+                self._idle.append(db)
+                return
+            self._connections.remove(db)
+        db.close()
 
     def _execute(self, sql: str, args: Sequence[Any] = (), at_once: bool = False) -> Any:
         return self._db().execute(sql, tuple(args))
@@ -56,10 +80,25 @@ class SqliteStore(SqlStore):
         return Batch("BEGIN IMMEDIATE", db.in_transaction, db.execute)
 
     def close(self) -> None:
-        for db in self._connections:
+        with self._lock:
+            connections, self._connections, self._idle = self._connections, [], []
+        for db in connections:
             db.close()
-        self._connections.clear()
         self._local = threading.local()
+
+    # -- JSON in SQLite ---------------------------------------------------------------------------
+
+    def _json(self, column: str, path: str) -> str:
+        return f"json_extract({column}, '$.{path}')"
+
+    def _json_tag(self, key: str) -> tuple[str, str]:
+        return "json_extract(birth, ?)", f'$.tags."{key}"'
+
+    def _tag_keys_sql(self) -> str:
+        return TAG_KEYS
+
+    def _lags_sql(self) -> str:
+        return LAGS
 
     def lease(self) -> FileLease:
         return FileLease(self.path)
