@@ -85,6 +85,16 @@ def test_sign_in_and_see_the_simulated_fleet(plane: ConsolePlane, browser: Brows
     assert set(browser.attributes("figure[data-chart]", "data-chart")) == {
         "Inference latency", "Inference rate", "CPU", "Memory"}
 
+    browser.go("/devices?limit=3", ready="devices")  # pages of 3, asked of the server page by page
+    assert browser.text("#page-info") == f"1–3 of {total}" and not browser.enabled("#prev")
+    browser.click("#next")
+    browser.wait(lambda: browser.text("#page-info") == f"4–6 of {total}", 20, "the second page")
+    rows = browser.attributes("#devices-table tbody tr", "data-device")
+    assert rows == ["sim-jetson-orin-000", "sim-jetson-orin-001", "sim-nnapi-000"], rows
+    browser.click("#next")
+    browser.wait(lambda: browser.text("#page-info") == f"7–7 of {total}", 20, "the last page")
+    assert not browser.enabled("#next")
+
 
 def test_start_a_rollout_from_the_console_and_watch_it_reach_done(plane: ConsolePlane, browser: Browser) -> None:
     browser.sign_in(plane.tokens["operator"])

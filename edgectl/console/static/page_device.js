@@ -9,14 +9,14 @@ export const TITLE = "Device";
 const KEEP = 300; // telemetry samples kept for the charts
 
 export async function mount(main, [deviceId], _params, ctx) {
-  const samples = new Map(); // ts -> telemetry report
+  const samples = new Map(); // ts -> point: the API's telemetry history, then each report seen while the page is open
   const body = h("div#device");
   fill(main, h("p", h("a", { href: "#/devices" }, "← Devices")), h("h1", deviceId), body);
   const refresh = async () => {
     const d = await ctx.api(`/devices/${encodeURIComponent(deviceId)}`);
-    for (const report of [...(d.telemetry_history || []), d.telemetry]) {
-      if (report && typeof report.ts === "number") samples.set(report.ts, report);
-    }
+    for (const p of d.telemetry_history || []) if (typeof p.ts === "number") samples.set(p.ts, fromHistory(p));
+    const r = d.telemetry;
+    if (r && typeof r.ts === "number" && !samples.has(r.ts)) samples.set(r.ts, fromReport(r, d.model, samples));
     while (samples.size > KEEP) samples.delete(samples.keys().next().value);
     draw(body, d, [...samples.values()].sort((a, b) => a.ts - b.ts));
   };
@@ -24,35 +24,37 @@ export async function mount(main, [deviceId], _params, ctx) {
   return { refresh };
 }
 
-function modelStats(report, name) {
-  const models = report.models || {};
-  return models[name] || Object.values(models)[0] || null;
+/** A point of the API's ``telemetry_history`` (the store computed the rate). */
+function fromHistory(p) {
+  return { ts: p.ts, p50: p.p50_ms, p95: p.p95_ms, cpu: p.cpu_percent, mem: p.memory_percent, rate: p.rate_rps,
+    requests: p.requests };
 }
 
-function series(reports, d) {
-  const p50 = [], p95 = [], cpu = [], mem = [], rate = [];
-  let prev = null;
-  for (const r of reports) {
-    const m = modelStats(r, d.model);
-    const lat = (m && m.latency_ms) || {};
-    if (Number.isFinite(lat.p50)) p50.push([r.ts, lat.p50]);
-    if (Number.isFinite(lat.p95)) p95.push([r.ts, lat.p95]);
-    const dev = r.device || {};
-    if (Number.isFinite(dev.cpu_percent)) cpu.push([r.ts, dev.cpu_percent]);
-    if (Number.isFinite(dev.memory_percent)) mem.push([r.ts, dev.memory_percent]);
-    if (m && Number.isFinite(m.throughput_rps)) rate.push([r.ts, m.throughput_rps]);
-    else if (m && prev && Number.isFinite(m.requests) && Number.isFinite(prev.requests) && r.ts > prev.ts) {
-      rate.push([r.ts, Math.max(0, (m.requests - prev.requests) / (r.ts - prev.ts))]);
-    }
-    prev = m ? { requests: m.requests, ts: r.ts } : null;
+/** A point of a telemetry report as the agent sent it; the rate from its throughput, or its counter since the last point. */
+function fromReport(r, model, samples) {
+  const models = r.models || {};
+  const m = models[model] || Object.values(models)[0] || {};
+  const lat = m.latency_ms || {};
+  const dev = r.device || {};
+  const before = [...samples.values()].filter((p) => p.ts < r.ts).sort((a, b) => b.ts - a.ts)[0];
+  let rate = m.throughput_rps;
+  if (!Number.isFinite(rate) && before && Number.isFinite(m.requests) && Number.isFinite(before.requests)) {
+    rate = m.requests >= before.requests ? (m.requests - before.requests) / (r.ts - before.ts) : null;
   }
-  // Health checks and older telemetry points the store kept (p95 only) fill the p95 history.
-  const known = new Set(p95.map((p) => p[0]));
+  return { ts: r.ts, p50: lat.p50, p95: lat.p95, cpu: dev.cpu_percent, mem: dev.memory_percent, rate, requests: m.requests };
+}
+
+function series(points, d) {
+  const pick = (key) => points.filter((p) => Number.isFinite(p[key])).map((p) => [p.ts, p[key]]);
+  const p95 = pick("p95");
+  // Health checks (p95 only) join the telemetry; without telemetry history, the store's p95 points stand for it.
+  const telemetry = p95.length > 0;
   for (const point of d.latency || []) {
-    if (!known.has(point.ts) && (!d.model || point.model === d.model)) p95.push([point.ts, point.p95_ms]);
+    const wanted = point.source === "health" || !telemetry;
+    if (wanted && (!d.model || point.model === d.model)) p95.push([point.ts, point.p95_ms]);
   }
   p95.sort((a, b) => a[0] - b[0]);
-  return { p50, p95, cpu, mem, rate };
+  return { p50: pick("p50"), p95, cpu: pick("cpu"), mem: pick("mem"), rate: pick("rate") };
 }
 
 function draw(body, d, reports) {

@@ -6,12 +6,13 @@ import { fill, fmtAgo, h, pill } from "./dom.js";
 export const NAV = "devices";
 export const PAGE = "devices";
 export const TITLE = "Devices";
-const PAGE_SIZE = 50;
-const FILTERS = ["status", "target", "model", "version", "selector", "q"];
+const PAGE_SIZE = 50; // rows a page unless the address says ?limit=N
+const FILTERS = ["status", "target", "model", "version", "selector", "q", "limit"];
 
 export async function mount(main, _args, params, ctx) {
   const state = Object.fromEntries(FILTERS.map((k) => [k, params.get(k) || ""]));
   let offset = Math.max(0, Number(params.get("offset")) || 0);
+  const size = Math.min(500, Math.max(1, Number(params.get("limit")) || PAGE_SIZE));
   const field = (name, el) => { el.name = name; el.value = state[name]; return el; };
   const summary = await ctx.api("/fleet/summary");
   const targets = Object.keys(summary.by_target || {}).filter((t) => t !== "unknown").sort();
@@ -31,20 +32,21 @@ export async function mount(main, _args, params, ctx) {
   h("label", "Version", field("version", h("input", { size: 5, inputmode: "numeric" }))),
   h("label", "Selector", field("selector", h("input", { size: 18, placeholder: "group=lab,id=cam-*" }))),
   h("label", "Search", field("q", h("input", { size: 14, placeholder: "id, target, tag…" }))),
+  h("input", { type: "hidden", name: "limit", value: params.get("limit") || "" }),
   h("button.primary", { type: "submit" }, "Filter"),
   h("a", { href: "#/devices" }, "Clear"));
   const table = h("div#devices-table");
   fill(main, h("h1", "Devices"), form, table);
 
   const refresh = async () => {
-    const page = await ctx.api(`/devices${query({ ...state, limit: PAGE_SIZE, offset })}`);
-    draw(table, page, offset, (next) => { offset = next; return refresh(); });
+    const page = await ctx.api(`/devices${query({ ...state, limit: size, offset })}`);
+    draw(table, page, offset, size, (next) => { offset = next; return refresh(); });
   };
   await refresh();
   return { refresh };
 }
 
-function draw(el, page, offset, goTo) {
+function draw(el, page, offset, size, goTo) {
   const items = page.devices || page.items || [];
   const total = page.total || 0;
   const last = Math.min(offset + items.length, total);
@@ -63,7 +65,7 @@ function draw(el, page, offset, goTo) {
         h("td.wrap", Object.entries(d.tags || {}).map(([k, v]) => `${k}=${v}`).join(", ")),
         h("td", fmtAgo(d.last_seen)))))),
     h("div.pager",
-      h("button#prev", { type: "button", disabled: offset <= 0, onclick: () => goTo(Math.max(0, offset - PAGE_SIZE)) }, "← Previous"),
+      h("button#prev", { type: "button", disabled: offset <= 0, onclick: () => goTo(Math.max(0, offset - size)) }, "← Previous"),
       h("span#page-info", total ? `${offset + 1}–${last} of ${total.toLocaleString()}` : "no device matches"),
-      h("button#next", { type: "button", disabled: last >= total, onclick: () => goTo(offset + PAGE_SIZE) }, "Next →")));
+      h("button#next", { type: "button", disabled: last >= total, onclick: () => goTo(offset + size) }, "Next →")));
 }
