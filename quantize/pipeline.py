@@ -239,14 +239,26 @@ def _evalset(request: QuantizeRequest, model: onnx.ModelProto, specs: list[Input
         labels = load_labels(request.eval_dir, len(SampleSet.from_dir(request.eval_dir, specs, request.preprocess)))
         labels = None if labels is None else labels[: len(samples)]
         source = f"{request.eval_dir} ({len(samples)} samples{', labels' if labels is not None else ''})"
-    else:
-        samples = calib.head(_EVAL_FROM_CALIB) if calib is not None else SampleSet.synthetic_set(specs, 16)
+    elif calib is not None or request.calib_dir is not None:
+        # An fp16-only plan loads no calibration set, but the --calib samples are still the data to score on
+        # (random ones can drive a Loop's count or an If's branch where real inputs never go).
+        samples = (calib if calib is not None else _samples(request.calib_dir, specs, request.preprocess)).head(
+            _EVAL_FROM_CALIB)
         notes.append("no --eval: accuracy measured against the float model on calibration samples (optimistic)")
         source = f"calibration samples ({len(samples)})"
+    else:
+        samples = SampleSet.synthetic_set(specs, 16)
+        notes.append("no --eval or --calib: accuracy measured against the float model on 16 random samples")
+        source = f"synthetic samples ({len(samples)})"
     reference = run_outputs(model, samples)
     metrics = choose_metrics([o.name for o in model.graph.output], reference[0], asked)
     notes.append("metric per output: " + "; ".join(f"{m.output}: {m.title} ({m.why})" for m in metrics))
     return EvalSet(samples, labels, reference, source, metrics)
+
+
+def _samples(folder: Path | None, specs: list[InputSpec], preprocess: Path | None) -> SampleSet:
+    assert folder is not None
+    return SampleSet.from_dir(folder, specs, preprocess, limit=_EVAL_FROM_CALIB)
 
 
 def _check_formats(variants: list[Variant], notes: list[str]) -> None:

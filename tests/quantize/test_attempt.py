@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from rich.console import Console
 
 from agent.errors import OperationFailed, UserError
 from quantize.pipeline import QuantizeRequest, attempt_quantize, run_quantize
 from quantize.recipe import Mode
+from tests.corpus import CORPUS, write_corpus
 from tests.quantize.models import save, tiny_cnn
 
 
@@ -45,3 +48,17 @@ def test_bad_input_still_raises(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="edgetpu"):
         attempt_quantize(QuantizeRequest(model=save(tiny_cnn(), tmp_path / "m.onnx"), target="edgetpu",
                                          output=tmp_path / "o.onnx", calib_synthetic=4, measure=False))
+
+
+def test_fp16_only_plan_scores_on_the_calib_samples(tmp_path: Path) -> None:
+    # Random samples give the Loop random counts (up to 255) and fp16 then disagrees; --calib holds the real ones.
+    path = write_corpus(tmp_path, ["loop_convs"])["loop_convs"]
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for seed in range(4):
+        arrays: dict[str, Any] = CORPUS["loop_convs"].feeds(seed)  # Any: numpy's stub types ** as allow_pickle
+        np.savez(calib / f"{seed}.npz", **arrays)
+    outcome = attempt_quantize(QuantizeRequest(model=path, target="myriad", output=tmp_path / "o.onnx",
+                                               calib_dir=calib, measure=False))
+    assert outcome.report.data["eval"] == "calibration samples (4)"
+    assert outcome.written and outcome.report.data["chosen"] == "fp16"
