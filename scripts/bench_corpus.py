@@ -55,6 +55,7 @@ from agent.timing import Interval, ratio_interval  # noqa: E402
 from tests.corpus import CORPUS, write_corpus  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "models"
+Feeds = Callable[[int], dict[str, np.ndarray]]  # seed -> one sample
 
 
 def _audio(samples: int, seed: int, **state: tuple[int, ...]) -> dict[str, np.ndarray]:
@@ -63,12 +64,29 @@ def _audio(samples: int, seed: int, **state: tuple[int, ...]) -> dict[str, np.nd
     return feeds | {name: np.zeros(shape, np.float32) for name, shape in state.items()}
 
 
-Feeds = Callable[[int], dict[str, np.ndarray]]  # seed -> one sample
-# Inputs for shared models that generated ones cannot serve (a sequence length to choose, a sample rate of 16000).
+def _around(folder: str, key: str, name: str) -> Feeds:
+    """Samples around a model's reference input (its reference_io_ort.npz): seed 0 as is, others shifted and scaled."""
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        with np.load(MODELS / folder / "reference_io_ort.npz") as saved:
+            image = saved[key].astype(np.float32)
+        return {name: np.roll(image, seed, axis=-1) * (1.0 - 0.03 * (seed % 5))}
+    return feeds
+
+
+def _pixels(seed: int) -> dict[str, np.ndarray]:
+    """road-segmentation-adas: random BGR pixels 0..255 in NHWC, as its reference input is."""
+    return {"data": np.random.default_rng(seed).uniform(0, 255, (1, 512, 896, 3)).astype(np.float32)}
+
+
+# Inputs for shared models that generated ones cannot serve (a sequence length, a sample rate of 16000) or where
+# the model's own reference input means more (a photo, pixels in 0..255): probe goldens (seed 0) and calibration.
 SHARED_FEEDS: dict[str, Feeds] = {
     "silero_vad.onnx": lambda seed: _audio(576, seed, state=(2, 1, 128)) | {"sr": np.array(16000, np.int64)},
     "silero_vad_16k_op15.onnx": lambda seed: _audio(576, seed, state=(2, 1, 128)) | {"sr": np.array(16000, np.int64)},
     "silero_vad_v3.1_2021_with_attention.onnx": lambda seed: _audio(1536, seed, h0=(2, 1, 64), c0=(2, 1, 64)),
+    "ultraface_RFB-320.onnx": _around("ultraface-rfb320", "input", "input"),  # the upstream photo, preprocessed
+    "mnist-8.onnx": _around("mnist8-modelzoo", "input", "Input3"),
+    "road_segmentation_adas_0001.onnx": _pixels,
 }
 GOAL = 1.05
 SETS = {"corpus": "generated corpus", "shared": "shared models", "all": "corpus and shared models"}

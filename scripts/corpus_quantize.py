@@ -125,7 +125,7 @@ def _attempt(name: str, target: str, request: QuantizeRequest) -> Quantized:
         try:
             outcome = attempt_quantize(request)
             result = Quantized(name, target, "written" if outcome.written else "exit 5",
-                               "" if outcome.failure is None else one_line(outcome.failure), outcome.report.data)
+                               "" if outcome.failure is None else _reason(outcome.failure), outcome.report.data)
         except EdgeError as exc:  # bad input for this target (exit 2) or a bug (exit 1): a row that says so
             result = Quantized(name, target, "refused" if exc.exit_code == 2 else f"exit {exc.exit_code}", one_line(exc))
         except Exception as exc:  # a crash is a finding for the table, not the end of the benchmark
@@ -133,6 +133,10 @@ def _attempt(name: str, target: str, request: QuantizeRequest) -> Quantized:
     result.wall_s = time.perf_counter() - started
     result.log_lines = len(log.lines())
     return result
+
+
+def _reason(failure: Exception) -> str:
+    return one_line(failure).split("; nothing written to")[0]  # the path is the benchmark's temp file
 
 
 def _variant(data: dict[str, Any], name: str) -> dict[str, Any]:
