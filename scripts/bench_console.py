@@ -25,12 +25,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchdoc import machine, write_section  # noqa: E402
+from console_render import missing, render_lines, render_times  # noqa: E402
 
 from edgectl.api.accounts import Accounts  # noqa: E402
 from edgectl.controller.accounts import Role  # noqa: E402
 from edgectl.controller.store import SqliteStore  # noqa: E402
-from scripts.benchdoc import machine, write_section  # noqa: E402
-from scripts.console_render import missing, render_lines, render_times  # noqa: E402
 from tests.brokers import free_port  # noqa: E402
 from tests.checkout import checkout_env  # noqa: E402
 
