@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import overload
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -168,6 +169,14 @@ def _check_external(path: Path, tensor: onnx.TensorProto) -> int:
             f"{where} offset {offset} + length {length} is beyond the end of {location!r} ({stat.st_size} bytes)"
         )
     return length
+
+
+@overload
+def _int_field(where: str, info: dict[str, str], key: str, default: int) -> int: ...
+
+
+@overload
+def _int_field(where: str, info: dict[str, str], key: str, default: None) -> int | None: ...
 
 
 def _int_field(where: str, info: dict[str, str], key: str, default: int | None) -> int | None:

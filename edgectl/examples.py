@@ -18,7 +18,10 @@ def tiny_classifier(path: Path, classes: int = 10, size: int = 32, seed: int = 0
     ``extra_matmuls`` appends square MatMul layers to make the model slower without changing
     what it is (used to build a "same model, N times slower" variant)."""
     rng = np.random.default_rng(seed)
-    w = lambda *shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32))  # noqa: E731
+
+    def w(*shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32))
+
     inits = [w(16, 3, 3, 3), w(16), w(32, 16, 3, 3), w(32), w(classes, 32), w(classes)]
     names = ["conv1_w", "conv1_b", "conv2_w", "conv2_b", "fc_w", "fc_b"]
     for tensor, name in zip(inits, names, strict=False):

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 
 from agent.errors import UserError
 from quantize.samples import SampleSet
@@ -43,7 +43,7 @@ class StreamingReader(CalibrationDataReader):  # type: ignore[misc]
         self.progress = progress
         self.label = label
         self._iter: Iterator[dict[str, np.ndarray]] | None = None
-        self._task: int | None = None
+        self._task: TaskID | None = None
         self._left: int | None = None  # samples left in the current window (strided calibration)
 
     def set_range(self, start_index: int, end_index: int) -> None:

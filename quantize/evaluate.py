@@ -87,7 +87,7 @@ def load_labels(folder: Path, count: int) -> np.ndarray | None:
     """Integer labels from labels.txt or labels.npy in `folder`, one per sample in name order."""
     txt, npy = folder / "labels.txt", folder / "labels.npy"
     if npy.is_file():
-        labels = np.load(npy, allow_pickle=False).astype(np.int64).ravel()
+        labels: np.ndarray = np.load(npy, allow_pickle=False).astype(np.int64).ravel()
     elif txt.is_file():
         try:
             labels = np.array([int(line) for line in txt.read_text().split()], np.int64)

@@ -46,15 +46,17 @@ class ImagePreprocess:
         if size[0] is None or size[1] is None:
             raise ConfigError(f"input '{self.input_name}' has a dynamic height/width: set resize in the YAML")
         try:
-            with Image.open(path) as img:
-                img = img.convert("L" if self.channel_order == "GRAY" else "RGB")
-                arr = np.asarray(img.resize((int(size[0]), int(size[1])), Image.BILINEAR), np.float32)
+            with Image.open(path) as opened:
+                img = opened.convert("L" if self.channel_order == "GRAY" else "RGB")
+                resized = img.resize((int(size[0]), int(size[1])), Image.Resampling.BILINEAR)
+                arr = np.asarray(resized, np.float32)
         except (OSError, ValueError, Image.DecompressionBombError) as exc:
             raise UserError(f"{path}: unreadable image ({exc})") from exc
         arr = arr[..., None] if arr.ndim == 2 else arr
         if self.channel_order == "BGR":
             arr = arr[..., ::-1]
-        arr = (arr - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        mean, std = np.asarray(self.mean, np.float32), np.asarray(self.std, np.float32)
+        arr = (arr - mean) / std
         if layout == "NCHW":
             arr = arr.transpose(2, 0, 1)
         return np.ascontiguousarray(arr[None], dtype=np.float32)
@@ -89,8 +91,8 @@ def _parse(path: Path, name: str, spec: dict[str, object]) -> ImagePreprocess:
     try:
         resize = spec.get("resize")
         size = (int(resize[0]), int(resize[1])) if resize else None  # type: ignore[index]
-        mean = tuple(float(v) for v in _as_list(spec.get("mean", [0.0])))
-        std = tuple(float(v) for v in _as_list(spec.get("std", [1.0])))
+        mean = tuple(_number(v) for v in _as_list(spec.get("mean", [0.0])))
+        std = tuple(_number(v) for v in _as_list(spec.get("std", [1.0])))
     except (TypeError, ValueError, IndexError) as exc:
         raise ConfigError(f"{path}: inputs.{name}: resize is [width, height], mean/std numbers ({exc})") from exc
     return ImagePreprocess(name, size, order, mean, std, str(layout).upper() if layout else None)
@@ -98,3 +100,9 @@ def _parse(path: Path, name: str, spec: dict[str, object]) -> ImagePreprocess:
 
 def _as_list(value: object) -> list[object]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _number(value: object) -> float:
+    if not isinstance(value, (int, float, str)):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)

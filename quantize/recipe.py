@@ -178,7 +178,8 @@ def _int8_recipe(family: Family, cpu: CpuFeatures, policy_format: str, policy_we
                   reasons=("uint8 activations (signed int8 activations measured 2-4x slower on CPU)",))
     if family is Family.CPU and cpu.x86 and not cpu.vnni:
         return replace(base, reduce_range=True,
-                       reasons=(*base.reasons, "reduce_range: this x86 CPU has no VNNI (7-bit weights avoid " "overflow in the u8s8 kernels)"))
+                       reasons=(*base.reasons, "reduce_range: this x86 CPU has no VNNI (7-bit weights avoid "
+                                                   "overflow in the u8s8 kernels)"))
     vnni = "VNNI present" if cpu.vnni else "not x86"
     return replace(base, reasons=(*base.reasons, f"full 8-bit range ({vnni})"))
 

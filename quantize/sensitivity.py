@@ -81,7 +81,8 @@ def _activations(model: onnx.ModelProto, stem: Path, samples: SampleSet) -> dict
     src, aug = stem.with_suffix(".onnx"), stem.with_suffix(".aug.onnx")
     onnx.save(model, src)
     modify_model_output_intermediate_tensors(str(src), str(aug))
-    return collect_activations(str(aug), samples)  # type: ignore[arg-type]  # any iterable of feeds works
+    activations: dict[str, list[object]] = collect_activations(str(aug), samples)  # any iterable of feeds works
+    return activations
 
 
 def _graph_order(model: onnx.ModelProto) -> dict[str, int]:

@@ -15,6 +15,11 @@ __all__ = ["write_html_report"]
 COLOURS = ["#4caf50", "#2196f3", "#9c27b0", "#ff9800", "#795548"]
 CPU_COLOUR = "#9e9e9e"
 BOX_W, BOX_H, GAP_X, GAP_Y = 150, 34, 40, 24
+_STYLE = ("body{font-family:sans-serif;margin:1em}table{border-collapse:collapse}"
+          "td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}")
+_PARTITION_HEAD = ("<tr><th>#</th><th>provider</th><th>nodes</th><th>est. FLOPs</th>"
+                   "<th>inputs</th><th>outputs</th></tr>")
+_NODE_HEAD = "<tr><th>#</th><th>name</th><th>op</th><th>provider</th><th>why not earlier providers</th></tr>"
 
 
 def _levels(model: onnx.ModelProto) -> list[int]:
@@ -77,13 +82,13 @@ def write_html_report(model: onnx.ModelProto, analysis: Analysis, path: Path) ->
     )
     items = "".join(f"<li>{html.escape(a)}</li>" for a in analysis.advice + analysis.merges)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>edgectl inspect: {html.escape(analysis.target)}</title>
-<style>body{{font-family:sans-serif;margin:1em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:2px 6px;font-size:12px}}</style>
+<style>{_STYLE}</style>
 </head><body><h1>{html.escape(analysis.target)}: {analysis.verdict}</h1><p>{html.escape(analysis.reason)}</p>
 <ul>{items}</ul><p>{legend}</p><div style="overflow:auto">{_svg(model, analysis, colours)}</div>
 <h2>Partitions onnxruntime will make</h2><p>runtime: {html.escape(analysis.runtime.reason)}; policy
 ({len(analysis.partitions)} piece(s) for <code>edgectl partition</code>): {html.escape(analysis.policy.verdict)}
-- {html.escape(analysis.policy.reason)}</p><table><tr><th>#</th><th>provider</th><th>nodes</th><th>est. FLOPs</th><th>inputs</th><th>outputs</th></tr>{parts_rows}</table>
-<h2>Nodes</h2><table><tr><th>#</th><th>name</th><th>op</th><th>provider</th><th>why not earlier providers</th></tr>{node_rows}</table>
+- {html.escape(analysis.policy.reason)}</p><table>{_PARTITION_HEAD}{parts_rows}</table>
+<h2>Nodes</h2><table>{_NODE_HEAD}{node_rows}</table>
 </body></html>
 """
     path.write_text(page, encoding="utf-8")

@@ -13,7 +13,8 @@ from edgectl.pki import Algorithm, BundleTrust, FleetPki, default_pki_dir, enrol
 
 __all__ = ["device_app", "pki_app"]
 
-pki_app = typer.Typer(help="The fleet certificate authority: devices and the controller log in with its certificates.", no_args_is_help=True)
+pki_app = typer.Typer(help="The fleet certificate authority: devices and the controller log in with its certificates.",
+                      no_args_is_help=True)
 device_app = typer.Typer(help="Enroll and revoke devices.", no_args_is_help=True)
 app.add_typer(pki_app, name="pki")
 app.add_typer(device_app, name="device")

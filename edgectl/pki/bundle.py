@@ -58,7 +58,7 @@ def check_broker_url(url: str) -> str:
     """Return ``url`` if it is ``mqtts://host[:port]``: certificates only make sense over TLS."""
     parts = urlsplit(url)
     try:
-        parts.port
+        _ = parts.port  # reading it validates it
     except ValueError:
         raise ConfigError(f"bad port in broker URL {url!r}") from None
     if parts.scheme != "mqtts" or not parts.hostname:

@@ -6,7 +6,6 @@ import datetime as dt
 from collections.abc import Iterable
 from enum import Enum
 from ipaddress import ip_address
-from typing import Union
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -24,7 +23,7 @@ __all__ = [
     "key_pem",
 ]
 
-PrivateKey = Union[ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey]
+PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 # Certificates are back-dated a little so a device whose clock lags the CA's still accepts them.
 _CLOCK_SKEW = dt.timedelta(minutes=5)
