@@ -29,11 +29,12 @@ from edgectl.controller.engine import Engine
 from edgectl.controller.inbox import Drops, Inbox, InboxLimits
 from edgectl.controller.leader import Leadership
 from edgectl.controller.records import ACTIVE, IN_FLIGHT, DeviceEventRow, DeviceStatus, RolloutDevice, RolloutRow, RolloutStatus
-from edgectl.controller.reports import shadow_threshold
+from edgectl.controller.reports import desired_seq, shadow_threshold
 from edgectl.controller.store import Store
 from edgectl.direct_deploy import signed_command, signed_desired
 from edgectl.package import Package, read_package
 from edgectl.registry import EventReport, Ingest, LiveBirth, Report
+from edgectl.sequence import raise_sequence_floor
 
 __all__ = ["Controller", "backend_fallback"]
 
@@ -178,11 +179,22 @@ class Controller:
         if not self.leader.replicated:
             return
         self.store.audit("controller leading", f"pid {os.getpid()}")
+        raise_sequence_floor(self._highest_sequence_sent())
         for rollout in self.store.rollouts(ACTIVE):
             for row in self.store.rollout_devices(rollout.id):
                 device = self.store.device(row.device_id) if row.status in CATCH_UP else None
                 if device is not None and device.state:
                     self.engine.on_state(row.device_id, device.state)
+
+    def _highest_sequence_sent(self) -> int:
+        """The highest number any leader signed that the store knows of: stored desired states, and
+        what each device reports it accepted last (which covers commands)."""
+        highest = max((int((d.state or {}).get("last_seq") or 0) for d in self.store.devices()), default=0)
+        for rollout in self.store.rollouts(ACTIVE):
+            for row in self.store.rollout_devices(rollout.id):
+                if row.desired:
+                    highest = max(highest, desired_seq(row.desired))
+        return highest
 
     def _apply_unclaimed(self) -> None:
         """Events a standby replica kept, or that came while no controller led: the leader applies each once."""

@@ -93,11 +93,15 @@ class Replicas:
     controllers: list[ControllerProcess] = field(default_factory=list)
     _store: Store | None = None
 
-    def start_controller(self, name: str) -> ControllerProcess:
-        """A replica with a home of its own (as on its own host): the same keys and config, its own sequence file and cache."""
+    def start_controller(self, name: str, counted_ahead_s: float = 0.0) -> ControllerProcess:
+        """A replica with a home of its own (as on its own host): the same keys and config, its own sequence file and cache.
+
+        ``counted_ahead_s``: its sequence counter starts that far ahead of the clock, as after a burst."""
         home = EdgectlHome(self.home.path.parent / f"home-{name}", self.home.broker_url)
         shutil.copytree(self.home.path / "keys", home.path / "keys")
         shutil.copy(self.home.path / "edgectl.yaml", home.path / "edgectl.yaml")
+        if counted_ahead_s:
+            (home.path / "sequence").write_text(str(int((time.time() + counted_ahead_s) * 1000)))
         process = ControllerProcess(home, self.home.path.parent / f"controller-{name}.log").start()
         self.controllers.append(process)
         return process

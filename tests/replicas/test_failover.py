@@ -24,9 +24,9 @@ def pid(process: ControllerProcess) -> int:
     return process.process.pid
 
 
-def leader_and_standby(replicas: Replicas) -> tuple[ControllerProcess, ControllerProcess]:
+def leader_and_standby(replicas: Replicas, counted_ahead_s: float = 0.0) -> tuple[ControllerProcess, ControllerProcess]:
     """Start one controller, let it lead, then a second one on the same store: it stands by."""
-    leader = replicas.start_controller("a")
+    leader = replicas.start_controller("a", counted_ahead_s)
     wait_for(lambda: replicas.leading(leader), 60, "the first controller to lead")
     standby = replicas.start_controller("b")
     wait_for(lambda: len(replicas.audit("controller started")) == 2, 60, "the second controller to start")
@@ -122,7 +122,9 @@ def test_sigkill_the_leader_mid_rollout_the_standby_finishes_it(replicas: Replic
 
 def test_sigkill_the_leader_as_it_rolls_back_no_device_is_rolled_back_twice(replicas: Replicas) -> None:
     agents = replicas.agents(6)
-    leader, standby = leader_and_standby(replicas)
+    # The leader's counter runs an hour ahead of the standby's clock: the standby's rollbacks must
+    # still number above what the devices accepted from the leader, or they refuse them as stale.
+    leader, standby = leader_and_standby(replicas, counted_ahead_s=3600)
     replicas.wait_devices(6)
     v1 = replicas.package("clf", 1, seed=1)
     rid = replicas.deploy(str(v1), "--fleet", "all", "--waves", "2,100%", "--bake", "5s", "--gate", "p95_latency <= 1ms")
