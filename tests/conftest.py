@@ -37,7 +37,8 @@ def embedded_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 @pytest.fixture(params=["mosquitto", "embedded"])
 def any_broker(request: pytest.FixtureRequest) -> BrokerProcess:
     """Each test using this runs once on Mosquitto and once on the embedded broker."""
-    return request.getfixturevalue("mosquitto" if request.param == "mosquitto" else "embedded_broker")
+    broker: BrokerProcess = request.getfixturevalue("mosquitto" if request.param == "mosquitto" else "embedded_broker")
+    return broker
 
 
 def _home(tmp_path: Path, broker: BrokerProcess) -> EdgectlHome:

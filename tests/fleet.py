@@ -159,6 +159,12 @@ class AgentProcess:
         active: dict[str, Any] | None = data.get("active")
         return active
 
+    def active_version(self) -> int | None:
+        """The active model's version, None before the first commit."""
+        active = self.active()
+        version: int | None = None if active is None else active["version"]
+        return version
+
     def http(self, path: str, body: bytes | None = None) -> Any:
         request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}{path}", data=body,
                                          headers={"Content-Type": "application/json"} if body else {})

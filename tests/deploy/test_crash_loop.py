@@ -73,4 +73,4 @@ def test_a_model_that_hangs_the_agent_k_times_is_rolled_back(
     wait_for(reported, 30, "the crash-loop rollback event")
     # reported under the deployment that installed v2, so that its rollout can link the rollback
     assert [e.deployment_id for e in list(controller.events) if "crash loop" in e.detail] == [deployment]
-    assert agent.alive() and agent.active()["version"] == 1  # type: ignore[index]
+    assert agent.alive() and agent.active_version() == 1

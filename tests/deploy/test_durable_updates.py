@@ -79,13 +79,15 @@ def test_after_a_kill_in_health_only_the_committed_model_is_served(controller: C
     wait_for(lambda: (agent.state_dir / "paused-in-health").exists(), 60, "paused in health")
     agent.kill()
     (agent.state_dir / "paused-in-health").unlink()
-    assert agent.active()["version"] == 2  # type: ignore[index]  # uncommitted, and what a naive restart would load
+    assert agent.active_version() == 2  # uncommitted, and what a naive restart would load
     agent.pause_in = None
     agent.start()  # returns once the inference API answers
-    served = []
+    served: list[int] = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not [e for e in controller.history("h-1", deployment) if e[0] == "done"]:
-        served.append(agent.active()["version"])  # type: ignore[index]
+        version = agent.active_version()
+        assert version is not None, "no active model after the restart"
+        served.append(version)
         if agent.model_ready("m"):
             served.append(int(agent.http("/v2/models/m")["versions"][0]))
         time.sleep(0.02)

@@ -37,7 +37,7 @@ def test_deploy_to_two_agents_answers_like_onnxruntime(
     x = np.random.default_rng(7).standard_normal((1, 3, 32, 32)).astype(np.float32)
     expected = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
     for agent in (a, b):
-        assert agent.active() is not None and agent.active()["version"] == 1
+        assert agent.active_version() == 1
         np.testing.assert_allclose(_infer(agent, "classifier", x), expected, rtol=1e-4, atol=1e-5)
 
     listing = json.loads(home.edgectl("devices", "--json", check=True).stdout)

@@ -123,7 +123,7 @@ def test_string_model_builds_deploys_and_answers_bytes(
         result = home.edgectl("deploy", str(tmp_path / f"w{version}.edgepkg"), "-d", "kiosk-1", "--json",
                               "--timeout", "240", timeout=300)
         assert result.returncode == 0, result.stdout + result.stderr + agent.log_text()[-3000:]
-        assert agent.active() is not None and agent.active()["version"] == version  # type: ignore[index]
+        assert agent.active_version() == version
 
     body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(WORDS)], "data": WORDS}]}
     answer = agent.http("/v2/models/words/infer", json.dumps(body).encode())

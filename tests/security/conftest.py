@@ -13,6 +13,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from agent.tls import tls_context
 from edgectl.broker_config import write_broker_config
@@ -111,7 +112,7 @@ class Probe:
         try:
             while True:
                 msg = self.messages.get(timeout=timeout)
-                got.append((msg.topic, msg.payload))
+                got.append((msg.topic, bytes(msg.payload)))
         except queue.Empty:
             return got
 
@@ -124,12 +125,12 @@ def connect(
     port: int,
     identity: Identity | None,
     client_id: str,
-    protocol: int = mqtt.MQTTv5,
+    protocol: MQTTProtocolVersion = mqtt.MQTTv5,
     context: ssl.SSLContext | None = None,
     timeout: float = 5.0,
 ) -> Probe:
     """Connect a probe; ``identity`` None means plaintext MQTT. Check ``probe.connected`` after."""
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol)
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol)
     probe = Probe(client)
     if identity is not None:
         client.tls_set_context(context or tls_context(identity.ca, identity.cert, identity.key))

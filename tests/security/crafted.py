@@ -16,6 +16,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from paho.mqtt.enums import CallbackAPIVersion
 
 from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, Envelope, TrustedKeys, sign
 from agent.protocol.messages import Command, DesiredModel, DesiredState
@@ -111,7 +112,7 @@ class Observer:
 
     @classmethod
     def connect(cls, port: int, device_id: str) -> Observer:
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"observer-{device_id}-{time.monotonic_ns()}")
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"observer-{device_id}-{time.monotonic_ns()}")
         observer = cls(client, device_id)
         client.on_message = lambda _c, _u, msg: observer.inbox.put(msg)
         client.connect("127.0.0.1", port)
@@ -146,7 +147,8 @@ class Observer:
             self._drain()
             return next((p for t, p, _ in self.others if t == topic), None)
 
-        return wait_for(found, timeout, f"the retained message on {topic}")
+        message: bytes = wait_for(found, timeout, f"the retained message on {topic}")
+        return message
 
     def rejected_events(self) -> list[dict[str, Any]]:
         self._drain()
@@ -169,7 +171,12 @@ class Observer:
         """Wait for ``reports`` more telemetry reports: the agent's loop has handled what came before."""
         self._drain()
         target = len(self.telemetry) + reports
-        wait_for(lambda: self._drain() or len(self.telemetry) >= target, timeout, f"{reports} telemetry reports")
+
+        def reported() -> bool:
+            self._drain()
+            return len(self.telemetry) >= target
+
+        wait_for(reported, timeout, f"{reports} telemetry reports")
 
     def reset(self) -> None:
         """Forget what was recorded so far (after a deployment whose events do not matter)."""

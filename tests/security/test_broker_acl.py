@@ -14,6 +14,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import MQTTProtocolVersion
 
 from agent.protocol.chunks import PACKET_OVERHEAD
 from agent.tls import tls_context
@@ -35,7 +36,8 @@ def probes() -> Iterator[list[Probe]]:
         probe.close()
 
 
-def _login(fleet: Fleet, identity: Identity, client_id: str, probes: list[Probe], protocol: int = mqtt.MQTTv5) -> Probe:
+def _login(fleet: Fleet, identity: Identity, client_id: str, probes: list[Probe],
+           protocol: MQTTProtocolVersion = mqtt.MQTTv5) -> Probe:
     probe = connect(fleet.port, identity, client_id, protocol)
     probes.append(probe)
     assert probe.connected.is_set(), f"{client_id} could not log in: {probe.connack}"
@@ -49,7 +51,8 @@ def _refused(fleet: Fleet, identity: Identity | None, client_id: str, probes: li
 
 
 @pytest.mark.parametrize("protocol", [mqtt.MQTTv311, mqtt.MQTTv5], ids=["mqtt311", "mqtt5"])
-def test_device_cannot_publish_to_another_device_or_controller_topics(fleet: Fleet, probes: list[Probe], protocol: int) -> None:
+def test_device_cannot_publish_to_another_device_or_controller_topics(fleet: Fleet, probes: list[Probe],
+                                                                      protocol: MQTTProtocolVersion) -> None:
     controller = _login(fleet, fleet.controller, f"ctl-pub-{protocol}", probes)
     controller.subscribe(f"{DEV}/#")
     device_b = _login(fleet, fleet.device("dev-b"), f"b-pub-{protocol}", probes)

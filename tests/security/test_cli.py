@@ -27,7 +27,8 @@ def test_init_enroll_config_revoke(tmp_path: Path) -> None:
     assert again.returncode == 2 and again.stderr.startswith("error: a fleet CA already exists")
 
     out = tmp_path / "cam-1"
-    enroll = _edgectl(home, "device", "enroll", "cam-1", "--tags", "site=lyon", "--broker-url", "mqtts://b.lan:8883", "--out", str(out))
+    enroll = _edgectl(home, "device", "enroll", "cam-1", "--tags", "site=lyon", "--broker-url", "mqtts://b.lan:8883",
+                      "--out", str(out))
     assert enroll.returncode == 0, enroll.stderr
     assert yaml.safe_load((out / "agent.yaml").read_text())["tags"] == {"site": "lyon"}
 

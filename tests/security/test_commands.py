@@ -35,7 +35,7 @@ def deployed(tmp_path: Path, mosquitto: BrokerProcess, edgectl_home: EdgectlHome
     observer = Observer.connect(mosquitto.port, DEVICE)
     package = make_package(edgectl_home, tmp_path / "pkg", "m", 1)
     edgectl_home.edgectl("deploy", str(package.path), "-d", DEVICE, "--timeout", "90", check=True)
-    assert agent.active() is not None and agent.active()["version"] == 1
+    assert agent.active_version() == 1
     observer.reset()
     yield agent, observer
     observer.close()
@@ -102,7 +102,7 @@ def test_stale_retained_and_replayed_desired_state_after_restart_do_nothing(
 
     # After all that, a fresh signed desired state still deploys: the refusals left the agent healthy.
     edgectl_home.edgectl("deploy", str(newer.path), "-d", DEVICE, "--timeout", "90", check=True)
-    assert agent.active()["version"] == 2
+    assert agent.active_version() == 2
 
     assert replays_reported >= 2, "live replays of a desired state must be refused and reported"
     assert all("stale or replayed" in e["detail"] for e in observer.rejected_events())

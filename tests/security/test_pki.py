@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agent.config import load_agent_config  # the agent's own loader must read what enroll writes
@@ -70,7 +71,8 @@ def test_enroll_writes_a_bundle_the_agent_loads(tmp_path: Path) -> None:
     assert config.tls.key == out / "device.key" and config.tags == {"site": "lyon"}
 
 
-@pytest.mark.parametrize("device_id, error", [("controller", UserError), ("../etc", ProtocolError), ("a/b", ProtocolError), ("+", ProtocolError)])
+@pytest.mark.parametrize("device_id, error", [("controller", UserError), ("../etc", ProtocolError),
+                                              ("a/b", ProtocolError), ("+", ProtocolError)])
 def test_enroll_refuses_unsafe_or_reserved_ids(tmp_path: Path, device_id: str, error: type[Exception]) -> None:
     pki = FleetPki.init(tmp_path / "pki", Algorithm.P256)
     with pytest.raises(error):
@@ -109,7 +111,9 @@ def test_revoke_updates_crl_and_every_registered_broker_copy(tmp_path: Path) -> 
     serial = _cert(pki.device_cert_path("cam-1")).serial_number
     copy = x509.load_pem_x509_crl((tmp_path / "broker" / "crl.pem").read_bytes())
     assert copy.get_revoked_certificate_by_serial_number(serial) is not None
-    assert copy.is_signature_valid(_cert(pki.ca_cert_path).public_key())
+    ca_key = _cert(pki.ca_cert_path).public_key()
+    assert isinstance(ca_key, ed25519.Ed25519PublicKey)
+    assert copy.is_signature_valid(ca_key)
     assert copy.extensions.get_extension_for_class(x509.CRLNumber).value.crl_number > number_before
 
     pki.refresh_crl()

@@ -38,9 +38,10 @@ def test_context_verifies_the_broker_and_presents_the_device_cert(bundle: Path) 
         ("ca.pem", "ca.pem", "device.key", "not a matching PEM certificate and key"),
     ],
 )
-def test_bad_files_raise_one_line_config_errors(bundle: Path, ca: str, cert: str, key: str, message: str) -> None:
+def test_bad_files_raise_one_line_config_errors(bundle: Path, ca: str, cert: str | None, key: str | None,
+                                                message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
-        tls_context(bundle / ca, cert and bundle / cert, key and bundle / key)
+        tls_context(bundle / ca, bundle / cert if cert else None, bundle / key if key else None)
     assert "\n" not in str(info.value)
 
 

@@ -50,7 +50,8 @@ def tls_fleet(tmp_path: Path) -> Iterator[tuple[Fleet, EdgectlHome]]:
     fleet.broker.stop()
 
 
-def test_deploy_over_tls_with_enrolled_agent_and_controller_identity(tmp_path: Path, tls_fleet: tuple[Fleet, EdgectlHome]) -> None:
+def test_deploy_over_tls_with_enrolled_agent_and_controller_identity(tmp_path: Path,
+                                                                      tls_fleet: tuple[Fleet, EdgectlHome]) -> None:
     fleet, home = tls_fleet
     controller = fleet.controller
     config = tmp_path / "edgectl.yaml"
@@ -64,7 +65,7 @@ def test_deploy_over_tls_with_enrolled_agent_and_controller_identity(tmp_path: P
                               "--version", "1", "--json", "--timeout", "90")
         assert result.returncode == 0, result.stdout + result.stderr
         assert [d["status"] for d in json.loads(result.stdout)["devices"]] == ["ok"]
-        assert agent.active()["version"] == 1 and agent.model_ready("classifier")
+        assert agent.active_version() == 1 and agent.model_ready("classifier")
 
         x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
         body = {"inputs": [{"name": "image", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
