@@ -142,7 +142,7 @@ def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:
         "id": rollout.id, "status": rollout.status.value, "wave": rollout.wave, "waves": spec.wave_count,
         "phase": rollout.phase.value, "reason": rollout.reason, "created": rollout.created, "selector": spec.selector,
         "gates": list(spec.gates), "bake_s": spec.bake_s, "max_failure": spec.max_failure,
-        "packages": [p.label for p in spec.packages],
+        "max_per_minute": spec.max_per_minute, "packages": [p.label for p in spec.packages],
         "devices": [{"device_id": r.device_id, "wave": r.wave, "status": r.status.value, "state": r.state, "detail": r.detail,
                      "variant": spec.package(r.variant).label if r.variant else None,
                      "backend": r.data.get("backend"), "health_p95_ms": r.data.get("health_p95_ms"),

@@ -2,6 +2,8 @@
 
 ``api`` gives a :class:`ApiPlane`: the controller on a free port, users of each role with a token
 (made with ``edgectl users add`` / ``tokens create``), a simulated fleet, and a small HTTP client.
+Its store is SQLite; a test parametrized with ``@pytest.mark.parametrize("api", ENGINES, indirect=True)``
+runs on PostgreSQL too (a database of its own in the tests' cluster, named in the home's edgectl.yaml).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from edgectl.sim import SimFleet
 from tests.brokers import BrokerProcess, free_port
 from tests.control.conftest import ControllerProcess, ControlPlane
 from tests.fleet import EdgectlHome, wait_for
+from tests.postgres import PostgresCluster, start_cluster
 
 ROLES = ("viewer", "operator", "admin")
+ENGINES = ("sqlite", "postgres")
 
 
 @dataclass
@@ -52,6 +56,7 @@ class ApiControllerProcess(ControllerProcess):
 class ApiPlane(ControlPlane):
     port: int = 0
     tokens: dict[str, str] = field(default_factory=dict)
+    store_url: str = ""  # the controller store's path or postgresql:// URL
 
     @property
     def url(self) -> str:
@@ -103,13 +108,25 @@ def _answer(status: int, raw: bytes, headers: dict[str, str]) -> Answer:
     return Answer(status, json.loads(raw) if kind.startswith("application/json") and raw else raw, headers)
 
 
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
-def api(tmp_path: Path, mosquitto: BrokerProcess, home_for: Any) -> Iterator[ApiPlane]:
+def api(request: pytest.FixtureRequest, tmp_path: Path, mosquitto: BrokerProcess, home_for: Any) -> Iterator[ApiPlane]:
     home: EdgectlHome = home_for(tmp_path, mosquitto)
+    store_url = str(home.path / "controller.db")
+    if getattr(request, "param", "sqlite") == "postgres":
+        cluster: PostgresCluster = request.getfixturevalue("postgres")
+        store_url = cluster.create_database()
+        (home.path / "edgectl.yaml").write_text(json.dumps({"controller": {"store": store_url}}))
     ring = Keyring(home.path / "keys")
     fleet = SimFleet(mosquitto.url, TrustedKeys([ring.signing_key("package").public_key()]),
                      TrustedKeys([ring.signing_key("controller").public_key()]))
-    plane = ApiPlane(home, mosquitto, home.path / "controller.db", fleet)
+    plane = ApiPlane(home, mosquitto, home.path / "controller.db", fleet, store_url=store_url)
     plane.tokens = {role: plane.add_user(f"{role}-user", role) for role in ROLES}
     plane.start_api()
     yield plane

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from tests.api.conftest import ApiPlane
+from tests.api.conftest import ENGINES, ApiPlane
 
 # Every write endpoint and the least role that may call it. Bodies are valid enough to pass
 # authorization; what happens after (400, 404, 409) is not this test's matter.
@@ -77,6 +77,7 @@ def test_me_names_the_caller(api: ApiPlane) -> None:
         "user": "viewer-user", "role": "viewer", "token_id": api.tokens["viewer"].split("_")[1]}
 
 
+@pytest.mark.parametrize("api", ENGINES, indirect=True)
 def test_revoked_token_and_removed_user_get_401(api: ApiPlane) -> None:
     token = api.add_user("temp", "operator")
     assert api.call("GET", "/api/v1/me", token=token).status == 200
@@ -97,9 +98,22 @@ def test_tamperd_secret_gets_401(api: ApiPlane) -> None:
     assert api.call("GET", "/api/v1/me", token=None, headers={"Authorization": f"Basic {token}"}).status == 401
 
 
+def _dump(api: ApiPlane) -> str:
+    """Every row of every table of the store, as text."""
+    if not api.store_url.startswith("postgresql"):
+        with sqlite3.connect(api.store_path) as db:
+            return "\n".join(db.iterdump())
+    import psycopg
+
+    with psycopg.connect(api.store_url) as db:
+        tables = [r[0] for r in db.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+        assert {"users", "tokens", "audit"} <= set(tables)
+        return "\n".join(str(r[0]) for t in tables for r in db.execute(f"SELECT row_to_json(x)::text FROM {t} x"))
+
+
+@pytest.mark.parametrize("api", ENGINES, indirect=True)
 def test_only_hashes_are_stored(api: ApiPlane) -> None:
-    with sqlite3.connect(api.store_path) as db:
-        dump = "\n".join(db.iterdump())
+    dump = _dump(api)
     for token in api.tokens.values():
         secret = token[len("edgectl_") + 13:]  # after the 12-digit id and its underscore
         assert len(secret) == 43 and secret not in dump

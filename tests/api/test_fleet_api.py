@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.protocol.manifest import TargetInfo
 from edgectl.examples import tiny_classifier
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, build_package
-from tests.api.conftest import Answer, ApiPlane
+from tests.api.conftest import ENGINES, Answer, ApiPlane
 from tests.fleet import wait_for
 
 
@@ -33,6 +35,16 @@ def _ended(api: ApiPlane, rollout_id: str, timeout: float = 120) -> dict[str, An
     return ended
 
 
+def _history(api: ApiPlane, device_id: str, wanted: Any, what: str) -> list[dict[str, Any]]:
+    """The device's telemetry history once ``wanted(points)`` holds (ingest keeps a point per device every 5 s)."""
+    def points() -> list[dict[str, Any]] | None:
+        history: list[dict[str, Any]] = api.call("GET", f"/api/v1/devices/{device_id}", token="viewer").body["telemetry_history"]
+        return history if wanted(history) else None
+    found: list[dict[str, Any]] = wait_for(points, 90, what)
+    return found
+
+
+@pytest.mark.parametrize("api", ENGINES, indirect=True)
 def test_devices_filters_paging_and_detail(api: ApiPlane) -> None:
     api.agents(3, "cpu-x86", prefix="lobby", tags={"group": "lobby"})
     api.agents(2, "jetson-orin", prefix="dock", tags={"group": "dock"})
@@ -47,6 +59,8 @@ def test_devices_filters_paging_and_detail(api: ApiPlane) -> None:
     assert get("?tag=group=lobby&status=online").body["total"] == 3
     assert get("?selector=group%3Ddock,id%3Ddock-00*").body["total"] == 2
     assert get("?q=lobby-00").body["total"] == 3
+    assert get("?q=LOBBY-00").body["total"] == 3  # either case, on either engine
+    assert get("?target=jetson*&tag=group=dock").body["total"] == 2
     assert get("?model=none-such").body["total"] == 0
     unknown = get("?selector=colour%3Dred")
     assert unknown.status == 400 and "colour" in unknown.body["error"]["message"]
@@ -60,8 +74,17 @@ def test_devices_filters_paging_and_detail(api: ApiPlane) -> None:
     assert detail["target"] == "cpu-x86" and detail["tags"] == {"group": "lobby"} and "events" in detail
     missing = api.call("GET", "/api/v1/devices/nope", token="viewer")
     assert missing.status == 404 and "nope" in missing.body["error"]["message"]
+    # The device page's charts: CPU and memory over time from the light agents' telemetry (no model served yet).
+    history = _history(api, "dock-000", lambda h: len(h) >= 2, "two telemetry history points")
+    assert all(0 < p["cpu_percent"] < 100 and 0 < p["memory_percent"] < 100 and p["model"] == "" for p in history)
+    assert [p["ts"] for p in history] == sorted(p["ts"] for p in history)
+    one = api.call("GET", "/api/v1/devices/dock-000?history=1", token="viewer").body["telemetry_history"]
+    assert len(one) == 1 and one[0]["ts"] >= history[-1]["ts"]
+    assert api.call("GET", "/api/v1/devices/dock-000?history=0", token="viewer").body["telemetry_history"] == []
+    assert api.call("GET", "/api/v1/devices/dock-000?history=-1", token="viewer").body["error"]["field"] == "history"
 
 
+@pytest.mark.parametrize("api", ENGINES, indirect=True)
 def test_upload_rollout_to_done_with_waves_gates_and_audit(api: ApiPlane) -> None:
     agents = api.agents(3)
     _online(api, 3)
@@ -86,6 +109,26 @@ def test_upload_rollout_to_done_with_waves_gates_and_audit(api: ApiPlane) -> Non
     assert [e["actor"] for e in uploads] == ["api:operator-user"]
     listed = api.call("GET", "/api/v1/rollouts?status=done", token="viewer").body
     assert listed["total"] == 1 and listed["rollouts"][0]["device_counts"] == {"ok": 3}
+    # Latency p50/p95 and the inference rate of the model now served, in the device's telemetry history.
+    history = _history(api, agents[0].device_id, lambda h: sum(p["model"] == "det" for p in h) >= 2, "two points of det")
+    served = [p for p in history if p["model"] == "det"]
+    assert all(p["version"] == 1 and 0 < p["p50_ms"] <= p["p95_ms"] for p in served)
+    assert served[-1]["rate_rps"] is not None and served[-1]["rate_rps"] > 0
+
+
+@pytest.mark.parametrize("api", ENGINES, indirect=True)
+def test_paced_rollout(api: ApiPlane) -> None:
+    """max_per_minute paces each wave, as `edgectl deploy --fleet --max-per-minute`: in the plan and the rollout."""
+    api.agents(3)
+    _online(api, 3)
+    package = _upload(api, "det", 1)
+    body = {"packages": [package["variant"]], "selector": "all", "waves": "100%", "bake": "1s", "max_per_minute": 120}
+    dry = api.call("POST", "/api/v1/rollouts", {**body, "dry_run": True}).body["plan"]
+    assert dry["max_per_minute"] == 120 and dry["waves"][0]["pacing_s"] == 1.0  # (3 - 1) devices x 60/120 s
+    created = api.call("POST", "/api/v1/rollouts", body)
+    assert created.status == 201, created.body
+    status = _ended(api, created.body["rollout_id"])
+    assert status["status"] == "done" and status["max_per_minute"] == 120, status
 
 
 def test_pause_resume_abort_and_conflicts(api: ApiPlane) -> None:
@@ -124,11 +167,14 @@ def test_bad_bodies_name_the_field(api: ApiPlane) -> None:
         "max_failure": {"packages": [variant], "selector": "all", "max_failure": "200%"},
         "gates[1]": {"packages": [variant], "selector": "all", "gates": ["error_rate <= 1%", "speed >= 3"]},
         "shadow": {"packages": [variant], "selector": "all", "shadow": "yes"},
+        "max_per_minute": {"packages": [variant], "selector": "all", "max_per_minute": -1},
+        "max_per_minute ": {"packages": [variant], "selector": "all", "max_per_minute": 1.5},
+        "max_per_minute  ": {"packages": [variant], "selector": "all", "max_per_minute": True},
         "colour": {"packages": [variant], "selector": "all", "colour": "red"},
     }
     for field, body in cases.items():
         answer = api.call("POST", "/api/v1/rollouts", body)
-        assert answer.status == 400 and answer.body["error"]["field"] == field, (field, answer.body)
+        assert answer.status == 400 and answer.body["error"]["field"] == field.strip(), (field, answer.body)
     not_json = api.call("POST", "/api/v1/rollouts", raw=b"{nope", headers={"Content-Type": "application/json"})
     assert not_json.status == 400 and "JSON" in not_json.body["error"]["message"]
     nobody = api.call("POST", "/api/v1/rollouts", {"packages": [variant], "selector": "id=ghost"})

@@ -71,3 +71,15 @@ def test_every_documented_operation_is_served_and_nothing_else(served: tuple[Api
         assert status == 404 and body["error"]["message"].startswith("no such endpoint"), (path, body)
     status, body = _call(server, "DELETE", "/api/v1/devices", token)
     assert status == 405 and "GET" in body["error"]["message"]
+
+
+def test_document_shows_the_device_history_and_the_pacing_field(served: tuple[ApiServer, str]) -> None:
+    server, token = served
+    doc = json.loads(_call(server, "GET", "/api/v1/openapi.json", token)[1])
+    detail = doc["paths"]["/api/v1/devices/{device_id}"]["get"]
+    history = detail["responses"]["200"]["content"]["application/json"]["schema"]["properties"]["telemetry_history"]
+    assert set(history["items"]["properties"]) == {"ts", "model", "version", "p50_ms", "p95_ms", "cpu_percent",
+                                                   "memory_percent", "requests", "rate_rps"}
+    assert [p["name"] for p in detail["parameters"]] == ["device_id", "history"]
+    create = doc["paths"]["/api/v1/rollouts"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert create["properties"]["max_per_minute"] == {**create["properties"]["max_per_minute"], "type": "integer", "minimum": 0}
