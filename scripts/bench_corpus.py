@@ -289,6 +289,9 @@ def parse_args() -> argparse.Namespace:
                         help="quantize without its latency measurement (as edgectl quantize --no-measure)")
     parser.add_argument("--measure-max-ms", type=float, default=100.0,
                         help="quantize without latency measurement models whose float inference takes longer (default 100)")
+    parser.add_argument("--quantize-max-ms", type=float, default=500.0,
+                        help="skip quantizing models whose float inference takes longer: their calibration needs "
+                             "more memory and time than a benchmark run on a small host has (default 500)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the figures into docs/benchmarks.md")
     args = parser.parse_args()
     if not args.probe and not args.quantize:
@@ -311,7 +314,8 @@ def _targets(parser: argparse.ArgumentParser, value: str) -> tuple[str, ...]:
 def main() -> None:
     args = parse_args()
     command = ("./scripts/bench corpus " + shlex.join(sys.argv[1:])).strip()
-    settings = QuantSettings(args.targets, args.calib, args.max_drop, args.measure, args.measure_max_ms)
+    settings = QuantSettings(args.targets, args.calib, args.max_drop, args.measure, args.measure_max_ms,
+                             args.quantize_max_ms)
     hardware = probe_hardware() if args.probe else None
     if args.quantize:
         warm_up()

@@ -40,6 +40,7 @@ class QuantSettings:
     max_drop: float = 1.0
     measure: bool = True
     measure_max_ms: float | None = None  # skip the latency measurement of models slower than this (float, one run)
+    quantize_max_ms: float | None = None  # skip models slower than this altogether (their calibration's memory)
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Quantized:
 
     model: str
     target: str
-    outcome: str  # written, exit 5, refused (exit 2), error (exit 1)
+    outcome: str  # written, exit 5, refused (exit 2), exit 1 (a bug), error (a crash), skipped (too slow here)
     reason: str = ""
     data: dict[str, Any] = field(default_factory=dict)  # the quantize report's JSON figures
     wall_s: float = 0.0
@@ -62,12 +63,15 @@ def quantize_model(name: str, path: Path, feeds: Feeds | None, static_shape: tup
     """``name`` quantized for each target, on ``settings.calib`` samples from ``feeds`` (random ones without)."""
     calib_dir = _calibration(feeds, workdir / f"calib-{path.stem}", settings.calib) if feeds else None
     source = f"{settings.calib} samples of its own inputs" if feeds else f"{settings.calib} synthetic samples"
-    measure, skipped = settings.measure, ""
-    if measure and settings.measure_max_ms is not None:
+    measure, skipped, float_ms = settings.measure, "", None
+    if settings.quantize_max_ms is not None or (measure and settings.measure_max_ms is not None):
         with capture_runtime_log():
             float_ms = _float_ms(path, feeds)
-        if float_ms is not None and float_ms > settings.measure_max_ms:
-            measure, skipped = False, f"float {float_ms:.0f} ms > --measure-max-ms {settings.measure_max_ms:g}"
+    if float_ms is not None and settings.quantize_max_ms is not None and float_ms > settings.quantize_max_ms:
+        why = f"float inference {float_ms:.0f} ms here > --quantize-max-ms {settings.quantize_max_ms:g}"
+        return [Quantized(name, target, "skipped", why) for target in settings.targets]
+    if measure and float_ms is not None and settings.measure_max_ms is not None and float_ms > settings.measure_max_ms:
+        measure, skipped = False, f"float {float_ms:.0f} ms > --measure-max-ms {settings.measure_max_ms:g}"
     results = []
     for target in settings.targets:
         request = QuantizeRequest(model=path, target=target, output=workdir / f"{path.stem}.{target}.onnx",
@@ -209,7 +213,12 @@ def markdown(results: list[Quantized], settings: QuantSettings) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in describe(r)) + " |" for r in results]
     logged = sum(r.log_lines for r in results)
-    other = len(results) - counts["written"] - counts["exit 5"] - counts["refused"]
+    other = len(results) - counts["written"] - counts["exit 5"] - counts["refused"] - counts["skipped"]
+    tally = (f"{counts['written']} written, {counts['exit 5']} exit 5, {counts['refused']} refused, "
+             f"{counts['skipped']} skipped, {other} other")
+    skip = ("" if settings.quantize_max_ms is None else f" Models whose float inference takes over "
+            f"{settings.quantize_max_ms:g} ms here are skipped (`--quantize-max-ms`): calibrating them needs more "
+            f"memory and time than a benchmark run on a small, shared host should take.")
     cap = ("" if settings.measure_max_ms is None else
            f", except for models whose float inference takes over {settings.measure_max_ms:g} ms here")
     measured = (f"latency measured by the pipeline (onnxruntime and OpenVINO, interleaved; the table shows "
@@ -223,6 +232,5 @@ def markdown(results: list[Quantized], settings: QuantSettings) -> str:
             f"golden inputs where the benchmark has them, else synthetic); accuracy against the float model on "
             f"those samples (optimistic: no held-out data); {measured}. The latency ratio is the host CPU "
             f"running the target's format with onnxruntime, **not the target**: an fp16 or NNAPI-format model "
-            f"is expected to be slower here. s: wall time of the run. **{counts['written']} written, {counts['exit 5']} "
-            f"exit 5, {counts['refused']} refused, {other} other** of {len(results)}; onnxruntime wrote {logged} "
-            f"log lines, captured.\n\n" + "\n".join(lines))
+            f"is expected to be slower here. s: wall time of the run.{skip} **{tally}** of {len(results)}; "
+            f"onnxruntime wrote {logged} log lines, captured.\n\n" + "\n".join(lines))

@@ -31,5 +31,7 @@ def test_rows_say_written_exit_5_and_refused_with_each_output(tmp_path: Path) ->
     assert orin.outcome == "exit 5" and "accuracy budget not met" in orin.reason
     assert "OVER" in describe(orin)[4] and orin.data["chosen"] == "int8"
     assert not list(tmp_path.glob("detector.*.onnx"))  # nothing written by a benchmark
+    (skipped,) = quantize_model("detector", path, entry.feeds, (), tmp_path, QuantSettings(("nnapi",), quantize_max_ms=0.0))
+    assert skipped.outcome == "skipped" and skipped.reason.endswith("> --quantize-max-ms 0") and not skipped.data
     text = markdown([nnapi, edgetpu, orin], QuantSettings(("nnapi", "edgetpu"), measure=False))
-    assert "**1 written, 1 exit 5, 1 refused, 0 other** of 3" in text and "latency not measured" in text
+    assert "**1 written, 1 exit 5, 1 refused, 0 skipped, 0 other** of 3" in text and "latency not measured" in text
