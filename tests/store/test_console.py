@@ -200,3 +200,13 @@ def test_released_connections_are_reused_by_later_threads(store: Store, threads:
         t.start()
         t.join()
     assert len(store._connections) <= 2  # type: ignore[attr-defined]  # the test's thread's and one reused one
+
+
+def test_the_configured_retention_bounds_the_history(tmp_path: Path) -> None:
+    from edgectl.config import ControllerSettings, RetentionSettings
+    from edgectl.controller.store import open_configured
+
+    settings = ControllerSettings(store=str(tmp_path / "c.db"), retention=RetentionSettings(telemetry_rows=7, max_age_days=2))
+    store = open_configured(settings)
+    assert (store.retention.telemetry_rows, store.retention.max_age_s) == (7, 2 * 86400.0)
+    store.close()
