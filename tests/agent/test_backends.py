@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -63,7 +64,8 @@ def zipmap_model(path: Path) -> Path:
 
 @pytest.fixture(params=BACKENDS, ids=lambda c: c.name)
 def runner(request: pytest.FixtureRequest, tmp_path: Path) -> Runner:
-    return request.param.open(affine_model(tmp_path / "affine.onnx"))
+    candidate: Candidate = request.param
+    return candidate.open(affine_model(tmp_path / "affine.onnx"))
 
 
 def test_specs_and_infer(runner: Runner) -> None:
@@ -89,7 +91,7 @@ def test_specs_and_infer(runner: Runner) -> None:
         ({"x": np.ones((1, 4), np.float32), "z": np.ones(1)}, "unknown input 'z'"),
     ],
 )
-def test_bad_feeds_name_the_tensor(runner: Runner, feeds: dict, message: str) -> None:
+def test_bad_feeds_name_the_tensor(runner: Runner, feeds: dict[str, Any], message: str) -> None:
     with runner, pytest.raises(UserError, match=message.replace("(", r"\(")):
         runner.infer(feeds)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ def plain_x86(root: Path) -> Path:
 def jetson(root: Path) -> Path:
     write(root, "proc/cpuinfo", ARM_CPUINFO)
     write(root, "proc/meminfo", "MemTotal:       31998772 kB\n")
-    write(root, "etc/nv_tegra_release", "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64, DATE: Tue Aug  1 19:57:35 UTC 2023\n")
+    write(root, "etc/nv_tegra_release",
+          "# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64, DATE: Tue Aug  1 19:57:35 UTC 2023\n")
     write(root, "proc/device-tree/model", b"NVIDIA Jetson AGX Orin Developer Kit\x00")
     write(
         root,
@@ -177,7 +179,8 @@ def test_summary_is_short_and_json_ready(tmp_path: Path) -> None:
         (intel_npu, ALL_ORT, ["CPU", "NPU"], ["openvino"], ["openvino/NPU", "openvino/CPU"]),
     ],
 )
-def test_candidate_lists(tmp_path, build, ort, ov, allowed, expected) -> None:
+def test_candidate_lists(tmp_path: Path, build: Callable[[Path], Path], ort: list[str], ov: list[str],
+                         allowed: list[str] | None, expected: list[str]) -> None:
     hw = probe_hardware(build(tmp_path))
     found = candidate_backends(hw, allowed, offered={"onnxruntime": ort, "openvino": ov})
     assert [c.name for c in found] == expected

@@ -35,12 +35,13 @@ def _loop(d: Path) -> Path:
 def _subgraph_with(node: onnx.NodeProto) -> bytes:
     """A model whose only suspicious node hides in the then-branch of an If."""
     branch = helper.make_graph([node], "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    other = helper.make_graph([helper.make_node("Constant", [], ["y"], value=helper.make_tensor("c", TensorProto.FLOAT, [1], [0.0]))],
-                              "else", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    zero = helper.make_node("Constant", [], ["y"], value=helper.make_tensor("c", TensorProto.FLOAT, [1], [0.0]))
+    other = helper.make_graph([zero], "else", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     top = helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other)
     graph = helper.make_graph([top], "g", [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    data: bytes = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    return data
 
 
 def _ir_too_new(d: Path) -> Path:

@@ -17,6 +17,7 @@ from agent.backends import (
     HostDevice,
     Runner,
     TensorSpec,
+    Verdict,
     absent_backends,
     candidate_backends,
     default_registry,
@@ -62,7 +63,7 @@ class ToyRunner(Runner):
         return self.inner.outputs
 
     def placement_impl(self) -> Placement:
-        return Placement(backend="toy", requested=self.device, effective=self.device, verdict="full")
+        return Placement(backend="toy", requested=self.device, effective=self.device, verdict=Verdict.FULL)
 
     def infer_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
         return {name: value * self.scale for name, value in self.inner.infer_impl(feeds).items()}
@@ -167,7 +168,7 @@ def test_toy_backend_is_measured_like_any_other(tmp_path: Path, registry: Backen
     selection = select_backend(model, cache_dir=tmp_path / "a", candidates=[toy, ort_cpu], **common)
     figures = {f.backend: f for f in selection.figures}
     assert figures["toy/TOY"].status == "ok" and (figures["toy/TOY"].runs or 0) >= 5
-    assert figures["toy/TOY"].placement == Placement("toy", "TOY", "TOY", "full")
+    assert figures["toy/TOY"].placement == Placement("toy", "TOY", "TOY", Verdict.FULL)
     broken = BackendRegistry([ORT, toy_backend(scale=2.0)])
     selection = select_backend(model, cache_dir=tmp_path / "b", candidates=[toy, ort_cpu], **{**common, "registry": broken})
     assert selection.figures[0].status == "rejected" and "off by" in selection.figures[0].reason

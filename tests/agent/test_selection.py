@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -45,7 +46,7 @@ def hardware() -> Hardware:
     return probe_hardware()
 
 
-def select(path: Path, hardware: Hardware, cache: Path, **kwargs) -> object:
+def select(path: Path, hardware: Hardware, cache: Path, **kwargs: Any) -> Selection:
     options = {"allowed_providers": None, "golden": None, "expected": None, "time_budget_s": 0.2, **kwargs}
     return select_backend(path, hardware=hardware, cache_dir=cache, **options)
 

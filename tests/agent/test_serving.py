@@ -5,8 +5,9 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -41,8 +42,11 @@ def ort_runner(path: Path) -> Runner:
     return Candidate("onnxruntime", "CPUExecutionProvider").open(path)
 
 
+Served = tuple[InferenceServer, ModelRegistry, Path]
+
+
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[InferenceServer, ModelRegistry, Path]]:
+def served(tmp_path: Path) -> Iterator[Served]:
     registry = ModelRegistry()
     registry.publish("scale", "1", ort_runner(scale_model(tmp_path / "s2.onnx", 2.0)), {"sha256": "abc"})
     server = InferenceServer(
@@ -66,7 +70,7 @@ def inputs(x: np.ndarray, binary: bool = True, x_type: str = "FP32", x_name: str
     return [first, second]
 
 
-def test_health_and_metadata(served) -> None:
+def test_health_and_metadata(served: Served) -> None:
     server, _, _ = served
     c = client(server)
     assert c.is_server_live() and c.is_server_ready()
@@ -76,11 +80,12 @@ def test_health_and_metadata(served) -> None:
     meta = c.get_model_metadata("scale")
     assert meta["versions"] == ["1"] and meta["platform"] == "onnxruntime_onnx"
     assert meta["parameters"]["backend"] == "onnxruntime/CPUExecutionProvider"
-    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}, {"name": "s", "datatype": "BYTES", "shape": [2]}]
+    assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 4]},
+                              {"name": "s", "datatype": "BYTES", "shape": [2]}]
 
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
-def test_infer_round_trip(served, binary: bool) -> None:
+def test_infer_round_trip(served: Served, binary: bool) -> None:
     server, _, _ = served
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     outputs = [triton.InferRequestedOutput(n, binary_data=binary) for n in ("y", "t")]
@@ -90,7 +95,7 @@ def test_infer_round_trip(served, binary: bool) -> None:
     assert result.get_response()["id"] == "r1"
 
 
-def test_default_outputs_come_back_binary(served) -> None:
+def test_default_outputs_come_back_binary(served: Served) -> None:
     server, _, _ = served
     result = client(server).infer("scale", inputs(np.ones((1, 4), np.float32)), model_version="1")
     np.testing.assert_array_equal(result.as_numpy("y"), np.full((1, 4), 2, np.float32))
@@ -106,7 +111,7 @@ def test_default_outputs_come_back_binary(served) -> None:
         (lambda: inputs(np.ones((1, 4), np.float32))[:1], "missing input 's'"),
     ],
 )
-def test_bad_requests_name_the_tensor(served, build, message: str) -> None:
+def test_bad_requests_name_the_tensor(served: Served, build: Callable[[], list[triton.InferInput]], message: str) -> None:
     server, registry, _ = served
     c = client(server)
     with pytest.raises(InferenceServerException, match=message):
@@ -115,7 +120,8 @@ def test_bad_requests_name_the_tensor(served, build, message: str) -> None:
     assert registry.telemetry()["scale"]["errors"] == 1
 
 
-def post(server: InferenceServer, body: bytes, headers: dict[str, str], path: str = "/v2/models/scale/infer") -> tuple[int, dict]:
+def post(server: InferenceServer, body: bytes, headers: dict[str, str],
+         path: str = "/v2/models/scale/infer") -> tuple[int, dict[str, Any]]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     conn.request("POST", path, body=body, headers=headers)
     response = conn.getresponse()
@@ -124,7 +130,7 @@ def post(server: InferenceServer, body: bytes, headers: dict[str, str], path: st
     return response.status, json.loads(payload) if payload.startswith(b"{") else {}
 
 
-def test_size_mismatch_and_malformed_bodies_are_400(served) -> None:
+def test_size_mismatch_and_malformed_bodies_are_400(served: Served) -> None:
     server, _, _ = served
     header = json.dumps({"inputs": [
         {"name": "x", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 12}},
@@ -141,28 +147,28 @@ def test_size_mismatch_and_malformed_bodies_are_400(served) -> None:
     assert status == 404 and "'missing' is not published" in body["error"]
 
 
-def test_request_size_cap_is_413_and_server_keeps_serving(served) -> None:
+def test_request_size_cap_is_413_and_server_keeps_serving(served: Served) -> None:
     server, _, _ = served
     status, body = post(server, bytes(100 * 1024), {"Content-Type": "application/octet-stream"})
     assert status == 413 and "limit is 65536" in body["error"]
     assert client(server).is_server_live()
 
 
-def test_metrics_are_prometheus_text(served) -> None:
+def test_metrics_are_prometheus_text(served: Served) -> None:
     server, _, _ = served
     client(server).infer("scale", inputs(np.ones((1, 4), np.float32)))
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     conn.request("GET", "/metrics")
     response = conn.getresponse()
     text = response.read().decode()
-    assert response.getheader("Content-Type").startswith("text/plain; version=0.0.4")
+    assert (response.getheader("Content-Type") or "").startswith("text/plain; version=0.0.4")
     assert 'edge_agent_inference_requests_total{model="scale"} 1' in text
     assert 'edge_agent_model_info{model="scale",version="1",backend="onnxruntime/CPUExecutionProvider",placement="cpu"} 1' in text
     assert 'edge_agent_inference_latency_seconds{model="scale",quantile="0.99"}' in text
     assert "edge_agent_state_disk_free_bytes " in text and "edge_agent_process_resident_bytes " in text
 
 
-def test_swap_under_load_fails_no_request(served) -> None:
+def test_swap_under_load_fails_no_request(served: Served) -> None:
     server, registry, tmp_path = served
     paths = [scale_model(tmp_path / f"s{f}.onnx", float(f)) for f in (2, 3)]
     errors: list[BaseException] = []

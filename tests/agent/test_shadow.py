@@ -31,7 +31,8 @@ def test_regression_outputs_agree_within_tolerance_and_shape_changes_disagree() 
 
 def test_inputs_are_golden_then_live_then_synthetic_up_to_the_minimum() -> None:
     golden = {"x": np.ones((1, 4), np.float32)}
-    live = [{"x": np.full((1, 4), 2, np.float32)}, {"other": np.zeros(1)}]  # a request of another signature is skipped
+    # a request of another signature is skipped
+    live: list[dict[str, np.ndarray]] = [{"x": np.full((1, 4), 2, np.float32)}, {"other": np.zeros(1)}]
     feeds, n_live = shadow_inputs(golden, live, SPEC)
     assert n_live == 1 and len(feeds) == MIN_SAMPLES
     assert feeds[0] is golden and feeds[1] is live[0]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.enums import CallbackAPIVersion
 
 from agent.telemetry import ModelStats, device_metrics, prometheus_text
 from tests.brokers import BrokerProcess
@@ -83,11 +84,11 @@ def test_telemetry_reaches_a_real_mqtt_subscriber(mosquitto: BrokerProcess, tmp_
     stats.record(0.003)
     payload = {"models": {"m": stats.snapshot()}, "device": device_metrics(tmp_path)}
     received: queue.Queue[bytes] = queue.Queue()
-    subscriber = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="telemetry-sub")
-    subscriber.on_message = lambda client, userdata, message: received.put(message.payload)
+    subscriber = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="telemetry-sub")
+    subscriber.on_message = lambda client, userdata, message: received.put(bytes(message.payload))
     subscriber.connect("127.0.0.1", mosquitto.port)
     subscriber.loop_start()
-    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="telemetry-pub")
+    publisher = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="telemetry-pub")
     try:
         subscribed = subscriber.subscribe("edge/v1/test/telemetry", qos=1)
         assert subscribed[0] == mqtt.MQTT_ERR_SUCCESS

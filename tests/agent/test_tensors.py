@@ -82,7 +82,7 @@ def test_synthetic_strings_are_u_arrays_that_npz_keeps_and_onnxruntime_takes(tmp
     from tests.e2e.test_deploy_strings import words_model
 
     feeds = synthetic_feeds([TensorSpec("text", "object", ["N"])], 1, shapes={"text": (8,)})
-    np.savez(tmp_path / "g.npz", **feeds)
+    np.savez(tmp_path / "g.npz", allow_pickle=False, **feeds)
     with np.load(tmp_path / "g.npz", allow_pickle=False) as data:
         loaded = data["text"]
     assert loaded.dtype.kind == "U" and loaded.tolist() == feeds["text"].tolist()
