@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,8 @@ def test_every_corpus_model_quantizes_for_every_target(tmp_path: Path, name: str
     calib = tmp_path / "calib"  # the corpus's own feeds: a random loop count would blow the Loop up
     calib.mkdir()
     for seed in range(4):
-        np.savez(calib / f"{seed}.npz", **entry.feeds(seed))
+        # allow_pickle is numpy's default, named so that mypy does not match **feeds against it
+        np.savez(calib / f"{seed}.npz", allow_pickle=True, **entry.feeds(seed))
     request = QuantizeRequest(model=path, target=target, output=tmp_path / "out.onnx", calib_dir=calib,
                               measure=False, max_drop=100.0, static_shape=tuple(entry.static_shape_args()))
     try:
@@ -168,13 +170,18 @@ def _coreml_registry() -> Any:
     """None while quantize/recipe.py maps EPs itself; once the agent's backend registry does, that registry
     plus CoreML's EP as the onnxruntime backend declares it on macOS (when it does not already)."""
     try:
+        from agent.backends import Runner
         from agent.backends.registry import Backend, BackendRegistry, Device, default_registry
     except ImportError:
         return None
+
+    def never_opened(path: Path, device: str, options: Mapping[str, str]) -> Runner:
+        raise AssertionError("the CoreML stand-in only declares the EP's family; quantize never opens it")
+
     registry = BackendRegistry(list(default_registry()))
     if registry.family_of("CoreMLExecutionProvider") is None:
         coreml = Device("CoreMLExecutionProvider", "coreml", precisions=("fp32", "fp16"))
-        registry.register(Backend("coreml-test", open=lambda *a: None, offered=lambda: [],  # type: ignore[arg-type,return-value]
+        registry.register(Backend("coreml-test", open=never_opened, offered=lambda: [],
                                   runtime_version=lambda: "", accelerators={"apple": (coreml,)}))
     return registry
 

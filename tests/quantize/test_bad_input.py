@@ -16,19 +16,22 @@ from quantize import Mode, QuantizeRequest, run_quantize
 from tests.quantize.models import save, sensitive_mlp
 
 
-def _request(model: Path, calib: Path, tmp: Path, **kw: object) -> QuantizeRequest:
+def _request(model: Path, calib: Path, tmp: Path, preprocess: Path | None = None) -> QuantizeRequest:
     return QuantizeRequest(model=model, target="cpu-x86", output=tmp / "out.onnx", mode=Mode.INT8,
-                           calib_dir=calib, measure=False, **kw)  # type: ignore[arg-type]
+                           calib_dir=calib, measure=False, preprocess=preprocess)
 
 
-def _folder(tmp: Path, files: dict[str, object]) -> Path:
+CalibFile = bytes | np.ndarray | dict[str, np.ndarray]  # raw bytes, one .npy array, or the arrays of one .npz
+
+
+def _folder(tmp: Path, files: dict[str, CalibFile]) -> Path:
     folder = tmp / "bad"
     folder.mkdir()
     for name, value in files.items():
         if isinstance(value, bytes):
             (folder / name).write_bytes(value)
-        elif name.endswith(".npz"):
-            np.savez(folder / name, **value)  # type: ignore[arg-type]
+        elif isinstance(value, dict):
+            np.savez(folder / name, allow_pickle=True, **value)  # numpy's default, named so **value cannot match it
         else:
             np.save(folder / name, value)
     return folder
@@ -41,7 +44,7 @@ def _folder(tmp: Path, files: dict[str, object]) -> Path:
     ({"a.png": b"not a png at all"}, r"a.png: unreadable image"),
     ({"a.npy": b"garbage"}, r"a.npy: unreadable array file"),
 ], ids=["shape", "dtype", "input-name", "unreadable-image", "unreadable-npy"])
-def test_bad_calibration_sample_names_input_and_shape(cnn_path: Path, tmp_path: Path, files: dict[str, object],
+def test_bad_calibration_sample_names_input_and_shape(cnn_path: Path, tmp_path: Path, files: dict[str, CalibFile],
                                                       message: str) -> None:
     with pytest.raises(UserError, match=message):
         run_quantize(_request(cnn_path, _folder(tmp_path, files), tmp_path), Console(quiet=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -12,7 +13,7 @@ from onnx import TensorProto, numpy_helper
 from rich.console import Console
 
 from agent.errors import UserError
-from quantize import Mode, QuantizeRequest, run_quantize
+from quantize import Mode, QuantizeReport, QuantizeRequest, run_quantize
 
 # target, mode, expected precision of the chosen variant, activation zero-point dtype, weights per-channel
 CASES = [
@@ -29,9 +30,9 @@ CASES = [
 ]
 
 
-def _run(model: Path, target: str, mode: Mode, tmp: Path, **kw: object):
+def _run(model: Path, target: str, mode: Mode, tmp: Path, **kw: Any) -> QuantizeReport:
     request = QuantizeRequest(model=model, target=target, output=tmp / "out.onnx", mode=mode,
-                              calib_synthetic=8, measure=False, max_drop=100.0, **kw)  # type: ignore[arg-type]
+                              calib_synthetic=8, measure=False, max_drop=100.0, **kw)
     return run_quantize(request, Console(quiet=True))
 
 
