@@ -289,9 +289,9 @@ def parse_args() -> argparse.Namespace:
                         help="quantize without its latency measurement (as edgectl quantize --no-measure)")
     parser.add_argument("--measure-max-ms", type=float, default=100.0,
                         help="quantize without latency measurement models whose float inference takes longer (default 100)")
-    parser.add_argument("--quantize-max-ms", type=float, default=500.0,
+    parser.add_argument("--quantize-max-ms", type=float, default=150.0,
                         help="skip quantizing models whose float inference takes longer: their calibration needs "
-                             "more memory and time than a benchmark run on a small host has (default 500)")
+                             "more memory and time than a benchmark run on a small host has (default 150)")
     parser.add_argument("--no-docs", action="store_true", help="do not write the figures into docs/benchmarks.md")
     args = parser.parse_args()
     if not args.probe and not args.quantize:
