@@ -14,9 +14,11 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -27,12 +29,17 @@ DETECTOR = "detector ~400 nodes (generated)"
 MODELS = ROOT.parent / "shared" / "models"
 sys.path.insert(0, str(ROOT))
 
+T = TypeVar("T")
+Report = dict[str, Any]  # quantize_one's result: the report's data, wall time, peak RSS
+Row = tuple[str, Report]
 
-def _conv(nodes: list, inits: list, rng: np.random.Generator, x: str, cin: int, cout: int, k: int, s: int,
-          group: int = 1, act: bool = True) -> str:
+
+def _conv(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto], rng: np.random.Generator, x: str, cin: int,
+          cout: int, k: int, s: int, group: int = 1, act: bool = True) -> str:
     name = f"conv{len(nodes)}"
     fan_in = cin // group * k * k
-    inits += [numpy_helper.from_array(rng.normal(0, np.sqrt(2.0 / fan_in), (cout, cin // group, k, k)).astype(np.float32), f"{name}_w"),
+    weight = rng.normal(0, np.sqrt(2.0 / fan_in), (cout, cin // group, k, k)).astype(np.float32)
+    inits += [numpy_helper.from_array(weight, f"{name}_w"),
               numpy_helper.from_array(rng.normal(0, 0.05, cout).astype(np.float32), f"{name}_b")]
     nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [name], name, kernel_shape=[k, k],
                                   strides=[s, s], pads=[k // 2] * 4, group=group))
@@ -45,10 +52,12 @@ def _conv(nodes: list, inits: list, rng: np.random.Generator, x: str, cin: int, 
 def mobilenet_v2(size: int = 160) -> onnx.ModelProto:
     """MobileNetV2 (width 1.0, BN folded into conv bias) with He-initialised random weights."""
     rng = np.random.default_rng(0)
-    nodes: list = []
-    inits = [numpy_helper.from_array(np.array(0.0, np.float32), "zero"), numpy_helper.from_array(np.array(6.0, np.float32), "six")]
+    nodes: list[onnx.NodeProto] = []
+    inits = [numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "six")]
     x, cin = _conv(nodes, inits, rng, "input", 3, 32, 3, 2), 32
-    for t, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+    blocks = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
+    for t, c, n, s in blocks:  # expansion, channels, repeats, stride
         for i in range(n):
             h = _conv(nodes, inits, rng, x, cin, cin * t, 1, 1) if t != 1 else x
             h = _conv(nodes, inits, rng, h, cin * t, cin * t, 3, s if i == 0 else 1, group=cin * t)
@@ -58,11 +67,13 @@ def mobilenet_v2(size: int = 160) -> onnx.ModelProto:
                 h = h + "_add"
             x, cin = h, c
     x = _conv(nodes, inits, rng, x, cin, 1280, 1, 1)
-    nodes += [helper.make_node("GlobalAveragePool", [x], ["pool"], "pool"), helper.make_node("Flatten", ["pool"], ["flat"], "flat")]
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["pool"], "pool"),
+              helper.make_node("Flatten", ["pool"], ["flat"], "flat")]
     inits += [numpy_helper.from_array(rng.normal(0, 0.03, (1000, 1280)).astype(np.float32), "fc_w"),
               numpy_helper.from_array(np.zeros(1000, np.float32), "fc_b")]
     nodes.append(helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], "fc", transB=1))
-    graph = helper.make_graph(nodes, "mobilenetv2", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
+    image = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])
+    graph = helper.make_graph(nodes, "mobilenetv2", [image],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
@@ -70,8 +81,8 @@ def mobilenet_v2(size: int = 160) -> onnx.ModelProto:
 def detector_400(size: int = 256) -> onnx.ModelProto:
     """A YOLO-style detector of about 400 nodes: Conv-Sigmoid-Mul (SiLU) blocks with residual Adds, three heads."""
     rng = np.random.default_rng(1)
-    nodes: list = []
-    inits: list = []
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
 
     def silu_conv(x: str, cin: int, cout: int, k: int, s: int) -> str:
         name = f"c{len(nodes)}"
@@ -121,8 +132,10 @@ def digits_mlp() -> tuple[onnx.ModelProto, np.ndarray, np.ndarray, np.ndarray, n
     clf = MLPClassifier((128, 64), max_iter=400, random_state=0).fit(xtr, ytr)
     nodes, inits, h = [], [], "x"
     for i, (w, b) in enumerate(zip(clf.coefs_, clf.intercepts_, strict=False)):
-        inits += [numpy_helper.from_array(w.astype(np.float32), f"w{i}"), numpy_helper.from_array(b.astype(np.float32), f"b{i}")]
-        nodes += [helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"], f"mm{i}"), helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], f"add{i}")]
+        inits += [numpy_helper.from_array(w.astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(b.astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"], f"mm{i}"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], f"add{i}")]
         h = f"a{i}"
         if i < len(clf.coefs_) - 1:
             nodes.append(helper.make_node("Relu", [h], [f"r{i}"], f"relu{i}"))
@@ -146,11 +159,12 @@ def _mnist_digits(work: Path) -> tuple[Path, Path, Path]:
     from sklearn.datasets import load_digits
 
     data = load_digits()
-    imgs = []
+    frames = []
     for d in data.images:  # 8x8 (0..16) -> 20x20 centred in 28x28, 0..255 like MNIST
-        big = np.asarray(Image.fromarray((d * 255 / 16).astype(np.uint8)).resize((20, 20), Image.BILINEAR), np.float32)
-        imgs.append(np.pad(big, 4)[None])
-    imgs = np.stack(imgs)
+        small = Image.fromarray((d * 255 / 16).astype(np.uint8))
+        big = np.asarray(small.resize((20, 20), Image.Resampling.BILINEAR), np.float32)
+        frames.append(np.pad(big, 4)[None])
+    imgs = np.stack(frames)
     calib = _write(work / "mnist_calib", imgs[:200])
     ev = _write(work / "mnist_eval", imgs[1000:1400], data.target[1000:1400])
     return MODELS / "mnist8-modelzoo" / "mnist-8.onnx", calib, ev
@@ -166,16 +180,17 @@ def _ultraface(work: Path) -> tuple[Path, Path, Path]:
         for _ in range(n):
             w, h = img.size
             cw, ch = int(w * rng.uniform(0.7, 1.0)), int(h * rng.uniform(0.7, 1.0))
-            x0, y0 = rng.integers(0, w - cw + 1), rng.integers(0, h - ch + 1)
-            c = img.crop((x0, y0, x0 + cw, y0 + ch)).resize((320, 240), Image.BILINEAR)
+            x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
+            c = img.crop((x0, y0, x0 + cw, y0 + ch)).resize((320, 240), Image.Resampling.BILINEAR)
             a = np.asarray(c, np.float32) * rng.uniform(0.7, 1.2)
             a = a[:, ::-1] if rng.random() < 0.5 else a
             out.append(((a - 127.0) / 128.0).transpose(2, 0, 1))
         return np.stack(out)
-    return MODELS / "ultraface-rfb320" / "ultraface_RFB-320.onnx", _write(work / "uf_calib", crops(32)), _write(work / "uf_eval", crops(16))
+    model = MODELS / "ultraface-rfb320" / "ultraface_RFB-320.onnx"
+    return model, _write(work / "uf_calib", crops(32)), _write(work / "uf_eval", crops(16))
 
 
-def quantize_one(model: str, calib: str | None, eval_dir: str | None, synthetic: int, measure: bool) -> dict:
+def quantize_one(model: str, calib: str | None, eval_dir: str | None, synthetic: int, measure: bool) -> Report:
     """Run the pipeline in this (fresh) process; report figures, wall time and peak RSS."""
     from rich.console import Console
 
@@ -196,21 +211,23 @@ def calibration_peak(model: str, samples: int) -> float:
 
     from quantize import Mode, QuantizeRequest, run_quantize
 
-    run_quantize(QuantizeRequest(model=Path(model), target="jetson-orin", output=Path("/dev/null"), mode=Mode.INT8,
-                                 calib_synthetic=samples, measure=False, max_drop=100.0, max_eval=4), Console(quiet=True))
+    request = QuantizeRequest(model=Path(model), target="jetson-orin", output=Path("/dev/null"), mode=Mode.INT8,
+                              calib_synthetic=samples, measure=False, max_drop=100.0, max_eval=4)
+    run_quantize(request, Console(quiet=True))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _in_child(fn, *args):
+def _in_child(fn: Callable[..., T], *args: Any) -> T:
     with ProcessPoolExecutor(1, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
         return pool.submit(fn, *args).result()
 
 
 def main() -> int:
-    flags = open("/proc/cpuinfo").read().split("flags")[1].split("\n")[0].split()
+    flags = Path("/proc/cpuinfo").read_text().split("flags")[1].split("\n")[0].split()
     vnni = bool({"avx512_vnni", "avx_vnni"} & set(flags))
     print(f"host: {'VNNI present (' + ', '.join(f for f in flags if 'vnni' in f) + ')' if vnni else 'no VNNI'}")
-    rows, goals = [], []
+    rows: list[Row] = []
+    goals: list[tuple[bool, str]] = []
     with tempfile.TemporaryDirectory(prefix="bench-quantize-") as tmp:
         work = Path(tmp)
         mnv2 = work / "mobilenetv2.onnx"
@@ -220,7 +237,7 @@ def main() -> int:
         mn_eval = _write(work / "mn_eval", rng.random((16, 3, 160, 160), dtype=np.float32) * 2 - 1)
         mlp, xtr, xte, _ytr, yte = digits_mlp()
         onnx.save(mlp, work / "digits_mlp.onnx")
-        cases = [("mobilenetv2-160 (generated)", str(mnv2), str(mn_calib), str(mn_eval)),
+        cases: list[tuple[str, ...]] = [("mobilenetv2-160 (generated)", str(mnv2), str(mn_calib), str(mn_eval)),
                  ("digits MLP (trained here)", str(work / "digits_mlp.onnx"), str(_write(work / "d_calib", xtr[:300])),
                   str(_write(work / "d_eval", xte, yte)))]
         det = work / "detector400.onnx"
@@ -242,16 +259,17 @@ def main() -> int:
     return 0
 
 
-def _variant(data: dict, name: str) -> dict:
-    return next(v for v in data["variants"] if v["name"] == name)
+def _variant(data: Report, name: str) -> Report:
+    variant: Report = next(v for v in data["variants"] if v["name"] == name)
+    return variant
 
 
-def _ratio(data: dict, name: str, key: str) -> float:
+def _ratio(data: Report, name: str, key: str) -> float:
     a, b = _variant(data, name)["latency"].get(key), _variant(data, "float")["latency"].get(key)
     return a / b if a and b else float("nan")
 
 
-def _table(rows: list) -> str:
+def _table(rows: list[Row]) -> str:
     head = (f"{'model':28} {'INT8/FP32 ORT':>13} {'INT8/FP32 OV':>12} {'size':>6} {'INT8 drop':>10} "
             f"{'auto':>13} {'auto/FP32':>9} {'wall s':>7} {'peak MB':>8}")
     lines = [head, "-" * len(head)]
@@ -262,12 +280,13 @@ def _table(rows: list) -> str:
                      f"{i8['size_ratio']:6.2f} {i8['accuracy']['drop']:6.2f} pt  {d['chosen']:>13} "
                      f"{_ratio(d, d['chosen'], 'ort_ms'):9.2f} {r['wall_s']:7.1f} {r['peak_mb']:8.0f}")
         lines.append(f"{'':28} metric: {i8['accuracy']['metric']} (float {i8['accuracy']['reference']:.2f}); "
-                     f"int8-compute ORT ratio {_ratio(d, 'int8-compute', 'ort_ms'):.2f}; kept float: {len(i8['kept_float'])}")
+                     f"int8-compute ORT ratio {_ratio(d, 'int8-compute', 'ort_ms'):.2f}; "
+                     f"kept float: {len(i8['kept_float'])}")
     return "\n".join(lines)
 
 
-def _goals(rows: list, peaks: dict, vnni: bool) -> list[tuple[bool, str]]:
-    out = []
+def _goals(rows: list[Row], peaks: dict[int, float], vnni: bool) -> list[tuple[bool, str]]:
+    out: list[tuple[bool, str]] = []
     mn = rows[0][1]["data"]
     r = _ratio(mn, "int8", "ort_ms")
     out.append((r <= 0.55, f"MobileNetV2 INT8/FP32 ORT latency {r:.2f} <= 0.55 ({'VNNI' if vnni else 'no VNNI'} host)"))
@@ -277,7 +296,8 @@ def _goals(rows: list, peaks: dict, vnni: bool) -> list[tuple[bool, str]]:
         fastest = min(_variant(d, v["name"])["latency"]["ort_ms"] for v in d["variants"]
                       if v["accuracy"]["drop"] <= d["max_drop"])
         within = _variant(d, d["chosen"])["latency"]["ort_ms"] <= fastest * 1.05
-        out.append((chosen <= 1.0 and within, f"{name}: auto ({d['chosen']}) ratio {chosen:.2f} <= 1.0 and within 5% of fastest within budget"))
+        out.append((chosen <= 1.0 and within,
+                    f"{name}: auto ({d['chosen']}) ratio {chosen:.2f} <= 1.0 and within 5% of fastest within budget"))
         if d["chosen"] != "float":
             size = _variant(d, d["chosen"])["size_ratio"]
             out.append((size <= 0.30, f"{name}: size ratio {size:.2f} <= 0.30 where INT8 chosen"))
@@ -289,7 +309,8 @@ def _goals(rows: list, peaks: dict, vnni: bool) -> list[tuple[bool, str]]:
             out.append((res["wall_s"] <= 60.0, f"{name}: auto (cpu-x86, 3 variants, latency measured) took "
                         f"{res['wall_s']:.1f} s <= 60 s (issue 14; {os.cpu_count()} cores)"))
     growth = peaks[1000] / peaks[100]
-    out.append((growth <= 1.10, f"calibration peak memory 100 -> 1000 samples: {peaks[100]:.0f} -> {peaks[1000]:.0f} MB (x{growth:.2f} <= 1.10)"))
+    out.append((growth <= 1.10, f"calibration peak memory 100 -> 1000 samples: {peaks[100]:.0f} -> {peaks[1000]:.0f} MB "
+                                f"(x{growth:.2f} <= 1.10)"))
     return out
 
 
