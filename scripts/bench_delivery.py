@@ -70,7 +70,8 @@ PATH = (
     " `.part` file, and fsyncs the payload before renaming it. It asks again only when no chunk it lacks has arrived"
     " for its request interval (a light agent counts a chunk as arrived when it reaches its network thread, not when"
     " the shared dispatcher gets to it), and marks such requests as repeats, for which the server does not resend what"
-    f" it published in the last {DEFAULTS['resend_guard_s']} s. Most of the delay before the first chunk of the wave of 1 is TCP's: neither"
+    f" it published in the last {DEFAULTS['resend_guard_s']} s. Most of the delay before the first chunk of the wave of 1"
+    " is TCP's: neither"
     " paho nor Mosquitto (by default) sets TCP_NODELAY, and the device's small chunk request, sent right after its"
     " event and subscription, can wait for a delayed ACK."
 )
@@ -206,7 +207,9 @@ def _raw_client(name: str, port: int, on_message: Callable[[Any, Any, mqtt.MQTTM
 
 
 def raw_paho_transfer(port: int, payload: Path, chunk_size: int, count: int, subscribers: int = 1) -> float:
-    """Seconds for a plain paho QoS 1 publisher -> ``subscribers`` subscribers (threads of this process, chunks kept in memory)."""
+    """Seconds for a plain paho QoS 1 publisher -> ``subscribers`` subscribers.
+
+    The subscribers are threads of this process and keep the chunks in memory."""
     topic = f"bench/raw/{uuid.uuid4().hex[:8]}"
     got = [0] * subscribers
     finished = threading.Semaphore(0)
@@ -329,7 +332,8 @@ def report(r: dict[str, Any], command: str) -> str:
         f" | time({n})/time(1) = {fan:.2f} | < {FANOUT_GOAL} | {verdict(fan < FANOUT_GOAL)} |",
         f"| same chunks, raw paho QoS 1 to 1 and to {n} subscribers in this process (memory only: the harness's floor)"
         f" | {r['raw_one']:.3f} s, {r['raw_many']:.2f} s | time({n})/time(1) = {raw_fan:.1f} | (diagnostic) | |",
-        f"| controller bytes sent, wave of 1 | {one['bytes'] / 1e6:.2f} MB ({one['chunks']} chunks) | {bytes_one:.2f} x payload | | |",
+        f"| controller bytes sent, wave of 1 | {one['bytes'] / 1e6:.2f} MB ({one['chunks']} chunks)"
+        f" | {bytes_one:.2f} x payload | | |",
         f"| controller bytes sent, wave of {n} | {many['bytes'] / 1e6:.2f} MB ({many['chunks']} chunks, {many['requests']}"
         f" requests) | {bytes_ratio:.2f} x payload | <= {BYTES_GOAL} | {verdict(bytes_ratio <= BYTES_GOAL)} |",
         f"| raw paho QoS 1 pub -> sub, same chunks, same broker (median of {REPEATS}) | {raw_mbs:.1f} MB/s"
