@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,9 +59,9 @@ def agents(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
     """Factory: agents(home, "dev-1", target=..., extra={...}) starts a real agent process."""
     started: list[AgentProcess] = []
 
-    def start(home: EdgectlHome, device_id: str, **kwargs: object) -> AgentProcess:
+    def start(home: EdgectlHome, device_id: str, **kwargs: Any) -> AgentProcess:
         agent = AgentProcess(device_id, tmp_path / device_id, home.broker_url, [home.public_key("package")],
-                             [home.public_key("controller")], **kwargs)  # type: ignore[arg-type]
+                             [home.public_key("controller")], **kwargs)
         started.append(agent.start())
         return agent
 

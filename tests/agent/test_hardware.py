@@ -248,7 +248,8 @@ def test_coreml_is_a_candidate_on_apple_silicon_when_onnxruntime_offers_it(tmp_p
     found = candidate_backends(hw, offered={"onnxruntime": [COREML, "CPUExecutionProvider"], "openvino": []})
     assert [c.name for c in found] == [f"onnxruntime/{COREML}", f"onnxruntime/{COREML}", "onnxruntime/CPUExecutionProvider"]
     assert [c.options["ModelFormat"] for c in found[:2]] == ["MLProgram", "NeuralNetwork"]
-    assert found[0].declaration() is not None and found[0].declaration().precisions == ("fp32", "fp16")  # type: ignore[union-attr]
+    declared = found[0].declaration()
+    assert declared is not None and declared.precisions == ("fp32", "fp16")
     # A Linux-style onnxruntime build on the Mac: no CoreML, and the probe says so.
     without = candidate_backends(hw, offered={"onnxruntime": ["CPUExecutionProvider"], "openvino": []})
     assert [c.name for c in without] == ["onnxruntime/CPUExecutionProvider"]

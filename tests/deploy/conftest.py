@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,9 +34,9 @@ def pausable(tmp_path: Path, home: EdgectlHome) -> Iterator[Callable[..., Pausab
     """Factory: pausable("dev", extra=...) starts an agent that a test can restart with a pause hook."""
     started: list[PausableAgent] = []
 
-    def start(device_id: str, **kwargs: object) -> PausableAgent:
+    def start(device_id: str, **kwargs: Any) -> PausableAgent:
         agent = PausableAgent(device_id, tmp_path / device_id, home.broker_url, [home.public_key("package")],
-                              [home.public_key("controller")], **kwargs)  # type: ignore[arg-type]
+                              [home.public_key("controller")], **kwargs)
         started.append(agent)
         agent.start()
         return agent

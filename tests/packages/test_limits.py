@@ -85,7 +85,9 @@ def _package(home: EdgectlHome, tmp_path: Path) -> Path:
 
 def _members(package: Path) -> dict[str, bytes]:
     with tarfile.open(package) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+        members = {m.name: tar.extractfile(m) for m in tar.getmembers()}
+        assert all(f is not None for f in members.values()), "a package holds regular files only"
+        return {name: f.read() for name, f in members.items() if f is not None}
 
 
 def _repack(path: Path, members: dict[str, bytes]) -> Path:

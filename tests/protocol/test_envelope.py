@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -28,7 +30,7 @@ def test_pae_matches_the_dsse_spec() -> None:
     (lambda e: Envelope(COMMAND_TYPE, e.payload, e.signatures), "payload type"),
     (lambda e: Envelope(e.payload_type, e.payload, ()), "no signature"),
 ])
-def test_tampering_is_refused(key: Ed25519PrivateKey, tamper, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_tampering_is_refused(key: Ed25519PrivateKey, tamper: Callable[[Envelope], Envelope], message: str) -> None:
     envelope = tamper(sign(MANIFEST_TYPE, b"{}", key))
     with pytest.raises(VerificationError, match=message):
         TrustedKeys([key.public_key()]).verify(envelope, MANIFEST_TYPE)

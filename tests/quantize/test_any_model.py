@@ -27,9 +27,9 @@ TARGETS = ["cpu-arm", "cpu-x86", "cpu-x86-openvino", "intel-npu", "jetson-nano",
            "qnn-htp"]
 
 
-def _request(model: Path, target: str, tmp: Path, **kw: object) -> QuantizeRequest:
+def _request(model: Path, target: str, tmp: Path, **kw: Any) -> QuantizeRequest:
     return QuantizeRequest(model=model, target=target, output=tmp / "out.onnx", calib_synthetic=4, measure=False,
-                           max_drop=100.0, **kw)  # type: ignore[arg-type]
+                           max_drop=100.0, **kw)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

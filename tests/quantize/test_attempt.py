@@ -16,11 +16,11 @@ from tests.corpus import CORPUS, write_corpus
 from tests.quantize.models import save, tiny_cnn
 
 
-def _request(tmp: Path, max_drop: float, **kw: object) -> QuantizeRequest:
+def _request(tmp: Path, max_drop: float, **kw: Any) -> QuantizeRequest:
     path = save(tiny_cnn(), tmp / "m.onnx")
     return QuantizeRequest(model=path, target="jetson-orin", output=tmp / "out.onnx", mode=Mode.INT8,
                            calib_synthetic=4, measure=False, max_drop=max_drop, metric=("cosine",),
-                           **kw)  # type: ignore[arg-type]
+                           **kw)
 
 
 def test_budget_failure_returns_the_report_and_the_exit_5_reason(tmp_path: Path,

@@ -33,7 +33,8 @@ def test_builtin_profiles_load_and_cpu_is_last() -> None:
         assert coreml.name == "CoreMLExecutionProvider" and coreml.options["ModelFormat"] == fmt
     assert profiles["coreml-mlprogram"].precision.format == "fp16"
     assert profiles["coreml-neuralnetwork"].precision.format == "fp32"
-    assert "edgetpu_compiler" in profiles["edgetpu"].unsupported.reason  # type: ignore[union-attr]
+    unsupported = profiles["edgetpu"].unsupported
+    assert unsupported is not None and "edgetpu_compiler" in unsupported.reason
 
 
 def test_unknown_profile_lists_known_names() -> None:
