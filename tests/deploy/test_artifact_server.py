@@ -43,11 +43,11 @@ def artifact(tmp_path: Path) -> tuple[ServedArtifact, PayloadInfo]:
 class Server:
     """The controller side: an ArtifactServer fed by a pump; ``serving`` False records requests without answering."""
 
-    def __init__(self, url: str, **options: float) -> None:
+    def __init__(self, url: str, **options: Any) -> None:
         self.inbox: queue.Queue[Message] = queue.Queue()
         self.transport = MqttTransport(url, f"srv-{uuid.uuid4().hex[:6]}", inbox=self.inbox)
         self.transport.connect()
-        self.server = ArtifactServer(self.transport, **options).start()  # type: ignore[arg-type]
+        self.server = ArtifactServer(self.transport, **options).start()
         self.requests: list[ChunkRequest] = []
         self.serving = True
         self._pump = InboxPump(self.inbox, self._handle)
@@ -94,13 +94,15 @@ class Device:
 def make(mosquitto: BrokerProcess) -> Iterator[dict[str, object]]:
     made: list[Server | Device] = []
 
-    def server(**options: float) -> Server:
-        made.append(Server(mosquitto.url, **options))
-        return made[-1]  # type: ignore[return-value]
+    def server(**options: Any) -> Server:
+        started = Server(mosquitto.url, **options)
+        made.append(started)
+        return started
 
     def device(device_id: str, **options: float) -> Device:
-        made.append(Device(mosquitto.url, device_id, **options))
-        return made[-1]  # type: ignore[return-value]
+        joined = Device(mosquitto.url, device_id, **options)
+        made.append(joined)
+        return joined
 
     yield {"server": server, "device": device}
     for thing in reversed(made):
