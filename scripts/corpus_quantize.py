@@ -134,6 +134,7 @@ def _attempt(name: str, target: str, request: QuantizeRequest) -> Quantized:
             result = Quantized(name, target, "refused" if exc.exit_code == 2 else f"exit {exc.exit_code}", one_line(exc))
         except Exception as exc:  # a crash is a finding for the table, not the end of the benchmark
             result = Quantized(name, target, "error", f"{type(exc).__name__}: {one_line(exc)}")
+    result.reason = result.reason.replace(str(request.model), request.model.name)  # the row names the model
     result.wall_s = time.perf_counter() - started
     result.log_lines = len(log.lines())
     return result
