@@ -28,8 +28,11 @@ def test_repeated_rollback_goes_back_one_model_only(home: EdgectlHome, controlle
     second = controller.desired("r-1", controller.package(model_v(2), "m", 2))
     assert controller.final("r-1", second).status == "ok"
 
+    since = len(controller.events)
     _rollback(controller, "r-1", second)
     wait_for(lambda: serves(agent, "m", 1), 30, "v1 served after the rollback")
+    # The model is swapped before the event goes out: take the first answer before sending again.
+    wait_for(lambda: any(e.state == "rollback" for e in list(controller.events)[since:]), 20, "the first answer")
     since = len(controller.events)
     _rollback(controller, "r-1", second)  # again, e.g. re-sent after a reconnect: nothing more to undo
     event = wait_for(lambda: next((e for e in list(controller.events)[since:] if e.state == "rollback"), None), 20,

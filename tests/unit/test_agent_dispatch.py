@@ -123,7 +123,10 @@ def test_signed_command_is_carried_out_and_reported(running: RunningAgent) -> No
     running.send("commands", running.command("rollback"))
     event = running.event()
     assert (event.state, event.status, event.detail) == ("rollback", "rolled-back", "rolled back on command")
-    assert json.loads(running.next("state").payload)["last_seq"] == running.seq
+    # The state announced on connect may still be on its way: wait for one that took the command.
+    deadline = time.monotonic() + WAIT_S
+    while json.loads(running.next("state", max(0.0, deadline - time.monotonic())).payload)["last_seq"] != running.seq:
+        pass
 
 
 def test_signed_desired_state_for_another_target_fails_its_deployment_with_the_reason(running: RunningAgent,
