@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 from agent.protocol.envelope import TrustedKeys
+from edgectl.api.accounts import Accounts, parse_role
+from edgectl.controller.store import open_url
 from edgectl.keys import Keyring
 from edgectl.sim import SimFleet
 from tests.brokers import BrokerProcess, free_port
@@ -108,6 +110,21 @@ def _answer(status: int, raw: bytes, headers: dict[str, str]) -> Answer:
     return Answer(status, json.loads(raw) if kind.startswith("application/json") and raw else raw, headers)
 
 
+def _seed_accounts(store_url: str, packages: Path) -> dict[str, str]:
+    """One user and token per role, made in process (``edgectl users``/``tokens`` have tests of their own):
+    six CLI runs per test cost more than the test."""
+    store = open_url(store_url, packages_dir=packages)
+    try:
+        accounts = Accounts(store)
+        tokens = {}
+        for role in ROLES:
+            accounts.add_user(f"{role}-user", parse_role(role), "test")
+            tokens[role] = accounts.create_token(f"{role}-user", "test", None, "test")[1]
+        return tokens
+    finally:
+        store.close()
+
+
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresCluster]:
     cluster = start_cluster()
@@ -127,7 +144,7 @@ def api(request: pytest.FixtureRequest, tmp_path: Path, mosquitto: BrokerProcess
     fleet = SimFleet(mosquitto.url, TrustedKeys([ring.signing_key("package").public_key()]),
                      TrustedKeys([ring.signing_key("controller").public_key()]))
     plane = ApiPlane(home, mosquitto, home.path / "controller.db", fleet, store_url=store_url)
-    plane.tokens = {role: plane.add_user(f"{role}-user", role) for role in ROLES}
+    plane.tokens = _seed_accounts(store_url, home.path / "packages")
     plane.start_api()
     yield plane
     plane.stop_controller()
