@@ -24,7 +24,8 @@ from agent.errors import ModelError
 from quantize.calibration import stride_for
 from quantize.recipe import Family, Recipe
 
-__all__ = ["convert_fp16", "lift_constants", "name_nodes", "prepare", "quantize_dynamic_weights", "quantize_int8"]
+__all__ = ["convert_fp16", "fp16_block_list", "lift_constants", "name_nodes", "prepare", "quantize_dynamic_weights",
+           "quantize_int8"]
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +127,87 @@ def quantize_dynamic_weights(model: onnx.ModelProto, recipe: Recipe) -> onnx.Mod
 
 def convert_fp16(model: onnx.ModelProto, recipe: Recipe, exclude: Iterable[str] = ()) -> onnx.ModelProto:
     """Float16 weights and compute (nodes in `exclude` stay float32); fp32 I/O unless the recipe says otherwise."""
+    model = _initializers_not_inputs(model)
+    blocked = fp16_block_list(model.graph, set(exclude))
     try:
         converted = convert_float_to_float16(model, keep_io_types=recipe.keep_io_types,
-                                             node_block_list=sorted(exclude) or None)
+                                             node_block_list=sorted(blocked) or None)
     except (ValueError, RuntimeError) as exc:
         raise ModelError(f"float16 conversion failed: {_first_line(exc)}") from exc
     assert isinstance(converted, onnx.ModelProto)
     return converted
+
+
+def fp16_block_list(graph: onnx.GraphProto, keep: set[str]) -> set[str]:
+    """The nodes of `keep` the float16 converter can keep float32 without breaking an If/Loop/Scan boundary.
+
+    The converter keeps a blocked node's subgraphs float32 but hands every float tensor of the enclosing
+    graph to them as float16 (a blocked producer's output is cast back to float16 under its own name), and
+    it inserts its Casts in the top-level graph only. So a control-flow node whose branches read a float
+    tensor from outside, or a node inside a branch, cannot stay float: onnxruntime would refuse the model
+    ("Type (tensor(float)) of output arg ... does not match expected type (tensor(float16))"). Those are
+    converted with the rest.
+    """
+    float_tensors = _float_tensors(graph)
+    inner: set[str] = set()
+    open_flows: set[str] = set()
+    for node in graph.node:
+        subgraphs = _subgraphs(node)
+        inner |= {name for g in subgraphs for name in _node_names(g)}
+        if any(t in float_tensors for g in subgraphs for t in _outer_names(g)):
+            open_flows.add(node.name)
+    return {name for name in keep if name not in inner and name not in open_flows}
+
+
+def _float_tensors(graph: onnx.GraphProto) -> set[str]:
+    """Names of float32 tensors of the top-level graph (inputs, initializers, typed values, untyped outputs)."""
+    typed = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.value_info, *graph.output]}
+    names = {t.name for t in graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    names |= {n for n, t in typed.items() if t == onnx.TensorProto.FLOAT}
+    # Without shape inference a node output has no type: count it float unless typed otherwise.
+    names |= {o for node in graph.node for o in node.output if typed.get(o, onnx.TensorProto.FLOAT) == onnx.TensorProto.FLOAT}
+    return names
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+
+
+def _node_names(graph: onnx.GraphProto) -> set[str]:
+    names = {n.name for n in graph.node}
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            names |= _node_names(sub)
+    return names
+
+
+def _outer_names(graph: onnx.GraphProto) -> set[str]:
+    """Tensors a subgraph (its own subgraphs included) reads from the scopes around it."""
+    defined = {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    defined |= {o for n in graph.node for o in n.output}
+    used = {i for n in graph.node for i in n.input if i}
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            used |= _outer_names(sub)
+    return used - defined
+
+
+def _initializers_not_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy without initializers listed as graph inputs (IR < 4 exporters list every weight there).
+
+    With fp32 I/O kept, the float16 converter leaves every graph input float32, and an initializer listed
+    as an input is one: mnist-8 came out with no weight converted at all.
+    """
+    inits = {t.name for t in model.graph.initializer}
+    if not any(i.name in inits for i in model.graph.input):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = [i for i in copy.graph.input if i.name not in inits]
+    del copy.graph.input[:]
+    copy.graph.input.extend(kept)
+    copy.ir_version = max(copy.ir_version, 4)  # IR 4 is where initializers stopped having to be inputs
+    return copy
 
 
 @contextmanager

@@ -18,13 +18,13 @@ from quantize.latency import measure_latency
 from quantize.metrics import choose_metrics, parse_metric_option
 from quantize.opset import PER_CHANNEL_OPSET, QDQ_OPSET, Converter, default_opset, upgrade_opset
 from quantize.passes import lift_constants, name_nodes, prepare
-from quantize.plan import plan_recipes
+from quantize.plan import Plan, plan_recipes
 from quantize.recipe import CpuFeatures, Mode, Recipe
 from quantize.report import QuantizeReport
-from quantize.rules import format_violations, is_quantized
+from quantize.rules import format_violations, is_quantized, weight_tensors
 from quantize.samples import InputSpec, SampleSet, input_specs
 from quantize.sensitivity import tensor_errors
-from quantize.shapes import dynamic_inputs, fix_input_shapes, parse_static_shapes
+from quantize.shapes import dynamic_inputs, fix_input_shapes, parse_static_shapes, unloadable_with_branches
 from quantize.target_check import TargetCheck, check_target
 from quantize.variants import EvalSet, Variant, VariantBuilder
 
@@ -97,6 +97,7 @@ def attempt_quantize(request: QuantizeRequest, console: Console | None = None) -
     cpu = CpuFeatures.from_cpuinfo(request.cpuinfo)
     plan = plan_recipes(request.mode, profile, cpu, keep_io_types=not request.fp16_io, notes=notes,
                         registry=request.registry)
+    plan = _int8_reachable(request.model, model, plan, notes)
     recipes = plan.recipes
     needs_calib = any(r.precision == "int8" for r in recipes)
     model = _static(request, model, asked_shapes, needs_calib, notes)
@@ -159,9 +160,28 @@ def _load_float(path: Path, notes: list[str]) -> onnx.ModelProto:
     lifted = lift_constants(model)
     if lifted:
         notes.append(f"{lifted} Constant nodes moved to initializers (weights exported as Constant nodes)")
-    if not any(t.data_type == onnx.TensorProto.FLOAT for t in model.graph.initializer):
+    if not any(t.data_type == onnx.TensorProto.FLOAT for _, t in weight_tensors(model.graph)):
         raise ModelError(f"{path}: no float32 weights to quantize (neither initializers nor Constant nodes)")
     return name_nodes(model)
+
+
+def _int8_reachable(path: Path, model: onnx.ModelProto, plan: Plan, notes: list[str]) -> Plan:
+    """The plan without INT8 when every float weight sits inside If/Loop/Scan branches (or ModelError).
+
+    onnxruntime's static quantizer works on the top-level graph only (its EnableSubgraph is for dynamic
+    quantization); fp16 conversion descends into branches, so fp16 and float recipes stay.
+    """
+    if not any(r.precision == "int8" for r in plan.recipes):
+        return plan
+    if any(t.data_type == onnx.TensorProto.FLOAT for depth, t in weight_tensors(model.graph) if depth == 0):
+        return plan
+    why = ("every float32 weight is inside control-flow subgraphs (If/Loop/Scan branches), which "
+           "onnxruntime's static INT8 quantizer does not reach")
+    kept = [r for r in plan.recipes if r.precision != "int8"]
+    if plan.pick_fastest and kept:
+        notes.append(f"INT8 not built: {why}")
+        return replace(plan, recipes=kept)
+    raise ModelError(f"{path}: cannot quantize to INT8: {why}; use --mode fp16, or a target whose format is fp16")
 
 
 def _static(request: QuantizeRequest, model: onnx.ModelProto, asked: dict[str, list[int]], needs_calib: bool,
@@ -176,8 +196,14 @@ def _static(request: QuantizeRequest, model: onnx.ModelProto, asked: dict[str, l
     sample_dir = request.calib_dir if needs_calib and request.calib_dir else request.eval_dir or request.calib_dir
     if sample_dir is not None:
         first = SampleSet.from_dir(sample_dir, input_specs(model), request.preprocess).first_shapes()
-        model, note = fix_input_shapes(model, {s.name: first[s.name] for s in dynamic if s.name in first},
+        fixed, note = fix_input_shapes(model, {s.name: first[s.name] for s in dynamic if s.name in first},
                                        f"from the first sample in {sample_dir}")
+        refused = unloadable_with_branches(fixed)
+        if refused is not None:  # silero-vad v5: its untaken branch cannot take the sample's fixed shape
+            notes.append(f"inputs kept dynamic: with the shapes of the first sample in {sample_dir}, "
+                         f"onnxruntime cannot load the model ({refused})")
+            return model
+        model = fixed
         notes.append(note)
         dynamic = dynamic_inputs(model)
     if all(d is not None for s in dynamic for d in s.shape[1:]):  # only the batch is dynamic: use 1
@@ -263,12 +289,19 @@ def _samples(folder: Path | None, specs: list[InputSpec], preprocess: Path | Non
 
 def _check_formats(variants: list[Variant], notes: list[str]) -> None:
     for variant in variants:
-        problems = format_violations(variant.model, variant.recipe)
-        if problems and variant.kept_float and not is_quantized(variant.model):
+        problems = format_violations(variant.model, variant.recipe, variant.kept_float)
+        if problems and variant.kept_float and _all_float(variant):
             notes.append(f"{variant.name}: every quantizable node had to stay float; it is the float model")
             continue
         if problems:
             raise InternalError(f"{variant.name} breaks the {variant.recipe.family.value} format: {problems[0]}")
+
+
+def _all_float(variant: Variant) -> bool:
+    """True when nothing of the variant is in its reduced precision (no QDQ node, or no float16 weight)."""
+    if variant.recipe.precision == "fp16":
+        return not any(t.data_type == onnx.TensorProto.FLOAT16 for _, t in weight_tensors(variant.model.graph))
+    return not is_quantized(variant.model)
 
 
 def _latency(request: QuantizeRequest, variants: list[Variant], evalset: EvalSet) -> tuple[dict[str, Any], list[str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
+
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
@@ -9,7 +11,7 @@ from onnx import TensorProto, numpy_helper
 from quantize.opset import PER_CHANNEL_OPSET, default_opset
 from quantize.recipe import Family, Recipe
 
-__all__ = ["INTEGER_OPS", "QUANT_OPS", "format_violations", "is_quantized"]
+__all__ = ["INTEGER_OPS", "QUANT_OPS", "format_violations", "is_quantized", "weight_tensors"]
 
 INTEGER_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
                "QLinearAdd", "QLinearMul", "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
@@ -22,15 +24,34 @@ def is_quantized(model: onnx.ModelProto) -> list[str]:
     return sorted({n.op_type for n in model.graph.node if n.op_type in QUANT_OPS})
 
 
-def format_violations(model: onnx.ModelProto, recipe: Recipe) -> list[str]:
-    """Every way the model breaks the format `recipe` promises; empty when it conforms."""
+def weight_tensors(graph: onnx.GraphProto, depth: int = 0) -> Iterator[tuple[int, TensorProto]]:
+    """Every initializer and Constant-node tensor with its subgraph depth (0: the top-level graph).
+
+    Control-flow exporters (silero-vad v5) keep every weight inside If/Loop/Scan branches.
+    """
+    for tensor in graph.initializer:
+        yield depth, tensor
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Constant" and attr.HasField("t"):
+                yield depth, attr.t
+            subgraphs = [attr.g] if attr.HasField("g") else []
+            for sub in [*subgraphs, *attr.graphs]:
+                yield from weight_tensors(sub, depth + 1)
+
+
+def format_violations(model: onnx.ModelProto, recipe: Recipe, kept_float: Collection[str] = ()) -> list[str]:
+    """Every way the model breaks the format `recipe` promises; empty when it conforms.
+
+    Nodes in `kept_float` were kept float32 on purpose (accuracy or target check): their weights may be.
+    """
     if recipe.precision == "int8":
         return _int8_violations(model, recipe)
     if recipe.precision == "dynamic":
         ops = {n.op_type for n in model.graph.node}
         return [] if ops & {"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"} else ["no dynamic ops"]
     if recipe.precision == "fp16":
-        return _fp16_violations(model, recipe)
+        return _fp16_violations(model, recipe, set(kept_float))
     return []
 
 
@@ -81,17 +102,16 @@ def _has_axis(model: onnx.ModelProto) -> bool:
     return any(a.name == "axis" for n in model.graph.node if n.op_type == "DequantizeLinear" for a in n.attribute)
 
 
-def _fp16_violations(model: onnx.ModelProto, recipe: Recipe) -> list[str]:
+def _fp16_violations(model: onnx.ModelProto, recipe: Recipe, kept_float: set[str]) -> list[str]:
     found = []
-    f16 = [t for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16]
-    if not f16:
-        found.append("no float16 initializer")
+    if not any(t.data_type == TensorProto.FLOAT16 for _, t in weight_tensors(model.graph)):
+        found.append("no float16 weight (initializer or Constant node, subgraphs included)")
     if recipe.keep_io_types:
         for value in list(model.graph.input) + list(model.graph.output):
             if value.type.tensor_type.elem_type == TensorProto.FLOAT16:
                 found.append(f"{value.name}: graph I/O converted to float16, fp32 I/O was asked")
     inits32 = {t.name for t in model.graph.initializer if t.data_type == TensorProto.FLOAT and len(t.dims) >= 2}
     for node in model.graph.node:
-        if node.op_type in _WEIGHT_OPS and any(i in inits32 for i in node.input):
+        if node.op_type in _WEIGHT_OPS and node.name not in kept_float and any(i in inits32 for i in node.input):
             found.append(f"{node.name}: {node.op_type} still has float32 weights")
     return found

@@ -16,7 +16,7 @@ import onnx
 from agent.errors import UserError
 from quantize.samples import InputSpec, input_specs
 
-__all__ = ["dynamic_inputs", "fix_input_shapes", "parse_static_shapes"]
+__all__ = ["dynamic_inputs", "fix_input_shapes", "parse_static_shapes", "unloadable_with_branches"]
 
 _SHAPE = re.compile(r"^([^=]+)=(\d+(?:x\d+)*)$")
 
@@ -63,6 +63,23 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]], sourc
         raise UserError(f"static shapes {_show(shapes)} ({source}) do not fit the model: "
                         f"{str(exc).splitlines()[0][:200]}") from exc
     return fixed, f"inputs fixed to {_show(shapes)} ({source}); the output model takes these shapes"
+
+
+def unloadable_with_branches(model: onnx.ModelProto) -> str | None:
+    """Why onnxruntime refuses a model with If/Loop/Scan nodes (None when it loads, or has none).
+
+    onnxruntime infers every branch against the fixed input shapes, the branch a sample never takes
+    included, and a model exported for dynamic shapes can fail that.
+    """
+    if not any(a.HasField("g") or len(a.graphs) for n in model.graph.node for a in n.attribute):
+        return None
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
+        return str(exc).splitlines()[0][:200]
+    return None
 
 
 def _check_fits(spec: InputSpec, dims: list[int], source: str) -> None:

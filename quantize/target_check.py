@@ -62,11 +62,14 @@ def check_target(float_model: onnx.ModelProto, variant: Variant, profile: Any, b
             return check
         if variant.recipe.precision not in ("int8", "fp16"):
             break
-        keep = _original_nodes(variant.model, offending) - set(variant.kept_float)
+        kept = set(variant.kept_float)
+        keep = _original_nodes(variant.model, offending) - kept
         if not keep:
             break
-        check.kept_float += sorted(keep)
-        builder.rebuild(variant, set(variant.kept_float) | keep)
+        builder.rebuild(variant, kept | keep)
+        if set(variant.kept_float) == kept:  # none of them can stay float (e.g. an If whose branches read fp16)
+            break
+        check.kept_float += sorted(set(variant.kept_float) - kept)
     check.fixed = False
     return check
 

@@ -14,7 +14,7 @@ from rich.progress import Progress
 from quantize.calibration import StreamingReader
 from quantize.evaluate import Accuracy, Outputs, measure, run_outputs
 from quantize.metrics import OutputMetric
-from quantize.passes import convert_fp16, quantize_dynamic_weights, quantize_int8
+from quantize.passes import convert_fp16, fp16_block_list, quantize_dynamic_weights, quantize_int8
 from quantize.recipe import Recipe
 from quantize.rules import is_quantized
 from quantize.samples import SampleSet
@@ -133,6 +133,8 @@ class VariantBuilder:
 
     def rebuild(self, variant: Variant, exclude: set[str]) -> None:
         """Re-build `variant` with `exclude` kept float32 (used to remove target fallbacks)."""
+        if variant.recipe.precision == "fp16":  # what the converter can keep float across If/Loop/Scan
+            exclude = fp16_block_list(self.float_model.graph, exclude)
         variant.model = self._produce(variant.recipe, exclude)
         variant.accuracy = self.score(variant.model)
         variant.kept_float = sorted(exclude)
