@@ -44,10 +44,12 @@ def _footprint(state_dir: Path) -> tuple[int, int]:
 
 
 def _swept(state_dir: Path) -> bool:
-    """No download left, and the selection cache holds at most the active and the previous model."""
+    """No download left, no temp file (one being written finishes; a killed writer's is swept at start), and the
+    selection cache holds at most the active and the previous model."""
     downloads = state_dir / "downloads"
     leftovers = [p for p in downloads.iterdir()] if downloads.is_dir() else []
-    return not leftovers and len(list((state_dir / "selection").glob("selection-*.json"))) <= 2
+    temps = [*state_dir.glob(".*.tmp"), *state_dir.glob("selection/.*.tmp")]
+    return not leftovers and not temps and len(list((state_dir / "selection").glob("selection-*.json"))) <= 2
 
 
 def _answer(controller: Controller, device_id: str, deployment_id: str, timeout: float) -> DeviceEvent:
