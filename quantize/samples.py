@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from agent.errors import UserError
+from agent.feeds import graph_inputs
 from quantize.preprocess import ImagePreprocess, load_preprocess
 
 __all__ = ["InputSpec", "SampleSet", "cast_to_inputs", "input_specs"]
@@ -41,16 +41,9 @@ class InputSpec:
 
 
 def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
-    """The model's real inputs (initializers listed as inputs excluded)."""
-    inits = {init.name for init in model.graph.initializer}
-    specs = []
-    for value in model.graph.input:
-        if value.name in inits:
-            continue
-        tensor = value.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in tensor.shape.dim]
-        specs.append(InputSpec(value.name, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)), dims))
-    return specs
+    """The model's real inputs (initializers listed as inputs excluded), every dynamic dim as None."""
+    return [InputSpec(s.name, np.dtype(s.dtype), [d if isinstance(d, int) else None for d in s.shape])
+            for s in graph_inputs(model)]
 
 
 def cast_to_inputs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
