@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -73,3 +74,14 @@ def agents(tmp_path: Path) -> Iterator[Callable[..., AgentProcess]]:
 @pytest.fixture
 def home_for() -> Callable[[Path, BrokerProcess], EdgectlHome]:
     return _home
+
+
+@pytest.fixture(scope="module")
+def stopping() -> Iterator[list[threading.Thread]]:
+    """Agents and controllers stop in the background (an agent's inference server takes half a second):
+    every thread put here must be gone by the module's end."""
+    threads: list[threading.Thread] = []
+    yield threads
+    for thread in threads:
+        thread.join(10)
+    assert not [t for t in threads if t.is_alive()], "an agent or controller did not stop"

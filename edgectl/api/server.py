@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import sqlite3
 import ssl
@@ -27,6 +26,7 @@ from agent.errors import ConfigError, EdgeError, NotFoundError, OperationFailed,
 from agent.serving.access import is_loopback
 from edgectl.api.context import ApiContext
 from edgectl.api.router import ApiError, Request, Response, Route, Router, check_body, check_query
+from edgectl.json_text import dumps
 
 __all__ = ["ApiServer", "parse_listen", "server_tls"]
 
@@ -62,20 +62,7 @@ def server_tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
 
 
 def _json(data: Any) -> bytes:
-    try:
-        return json.dumps(data, separators=(",", ":"), default=str, allow_nan=False).encode()
-    except ValueError:  # a NaN or infinity a device reported: null in JSON
-        return json.dumps(_finite(data), separators=(",", ":"), default=str).encode()
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+    return dumps(data).encode()
 
 
 class ApiServer:

@@ -21,7 +21,7 @@ from tests.deploy.controller import Controller
 from tests.deploy.test_rejections import serves
 from tests.fleet import AgentProcess, EdgectlHome
 from tests.http.conftest import DEPLOY
-from tests.unit.test_controller_dispatch import RunningController, next_desired, running, stopping  # noqa: F401
+from tests.unit.test_controller_dispatch import RunningController, next_desired, running  # noqa: F401
 
 SHA = "ab" * 32
 

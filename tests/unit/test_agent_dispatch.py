@@ -75,16 +75,6 @@ class RunningAgent:
                     self.controller_key).to_bytes()
 
 
-@pytest.fixture(scope="module")
-def stopping() -> Iterator[list[threading.Thread]]:
-    """Agents stop in the background (the inference server takes half a second); all must be gone by the module's end."""
-    threads: list[threading.Thread] = []
-    yield threads
-    for thread in threads:
-        thread.join(10)
-    assert not [t for t in threads if t.is_alive()], "an agent did not stop"
-
-
 @pytest.fixture
 def running(tmp_path: Path, stopping: list[threading.Thread]) -> Iterator[RunningAgent]:
     controller_key, package_key = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()

@@ -66,16 +66,6 @@ def next_desired(device: MemoryTransport, timeout: float = WAIT_S) -> Message:
     return message
 
 
-@pytest.fixture(scope="module")
-def stopping() -> Iterator[list[threading.Thread]]:
-    """Controllers stop in the background; all must be gone by the module's end."""
-    threads: list[threading.Thread] = []
-    yield threads
-    for thread in threads:
-        thread.join(10)
-    assert not [t for t in threads if t.is_alive()], "a controller did not stop"
-
-
 @pytest.fixture
 def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopping: list[threading.Thread]) -> Iterator[RunningController]:
     monkeypatch.setenv("EDGECTL_HOME", str(tmp_path / "home"))  # where signed messages take their sequence numbers

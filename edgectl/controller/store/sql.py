@@ -9,7 +9,6 @@ JSON hooks of the console's queries (``console.py``).
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -33,6 +32,7 @@ from edgectl.controller.records import (
 )
 from edgectl.controller.store.console import ConsoleSql
 from edgectl.controller.store.protocol import DEVICE_FIELDS, GUARDED, Retention
+from edgectl.json_text import dumps
 
 __all__ = ["IDLE_CONNECTIONS", "SqlStore"]
 
@@ -45,24 +45,6 @@ ROLLOUT_COLUMNS = ("id", "created", "status", "spec", "wave", "phase", "phase_si
 ROW_COLUMNS = ("rollout_id", "device_id", "wave", "variant", "status", "state", "detail", "data", "desired", "previous",
                "installed_at", "updated")
 EVENT_KEY = "device_id=? AND ts=? AND deployment_id=? AND state=? AND status=?"
-
-
-def dumps(value: Any) -> str:
-    """JSON text; a NaN or infinity (a device may report one) becomes null, so SQL JSON functions can read the text."""
-    try:
-        return json.dumps(value, separators=(",", ":"), default=str, allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(value), separators=(",", ":"), default=str)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
