@@ -1,15 +1,16 @@
-"""The edge-agent daemon: follows its desired state over MQTT, serves the active model, reports.
+"""The edge-agent daemon: follows its desired set over MQTT, serves its models and pipelines, reports.
 
 Threads: paho's network thread only enqueues; the main thread validates and dispatches messages
-and publishes telemetry; one worker thread (agent.deploy.worker) makes every change to the served
-model, deployments, rollbacks and remeasurements, in the order they were accepted; a job is saved
+and publishes telemetry; one worker thread (agent.deploy.worker) makes every change to what is
+served, desired sets, rollbacks and remeasurements, in the order they were accepted; a job is saved
 before its message is acknowledged. A bad message is logged once with its reason, counted, and
-ignored: it never stops the agent or touches the active model.
+ignored: it never stops the agent or touches a served model.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import queue
 import threading
@@ -19,38 +20,40 @@ from collections.abc import Callable
 from typing import Any
 
 from agent import __version__
-from agent.backends import runtime_versions
+from agent.admission import Admission, default_budget_mb
+from agent.catalog import runtime_versions
 from agent.config import AgentConfig
-from agent.deploy.fetch import ChunkFetcher
-from agent.deploy.http_fetch import HttpSettings
 from agent.deploy.jobs import Job, JobKind
-from agent.deploy.ledger import Ledger
 from agent.deploy.machine import Deployment, Machine, Options, Outcome, State
+from agent.deploy.plan import Wanted
 from agent.deploy.slots import Slots
-from agent.deploy.sources import ArtifactFetcher
 from agent.deploy.steps import Steps
-from agent.deploy.trust import TrustStore
 from agent.deploy.worker import Worker
-from agent.errors import EdgeError, ProtocolError
+from agent.fleet_check import FleetCheck
+from agent.footprint import FootprintBook, footprint_key
 from agent.guard import CrashLoopGuard, GuardPolicy, Verdict
 from agent.hardware import probe_hardware
-from agent.model_host import ModelHost
-from agent.protocol import topics
-from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, KEY_ROTATION_TYPE, MANIFEST_TYPE, Envelope
-from agent.protocol.manifest import Manifest
-from agent.protocol.messages import (
-    Command,
-    DesiredState,
-    DeviceEvent,
-    Presence,
-    check_addressed,
-    verify_signed,
-)
-from agent.protocol.schema import encode_json
+from agent.hardware.runtimes import profile_report
+from agent.idle_remeasure import DeviceActivity, IdleRemeasure, Remeasured
+from agent.model_host import LoadedModel, ModelHost
 from agent.serving import InferenceServer, ModelRegistry
 from agent.telemetry import device_metrics
-from agent.tls import tls_context
-from agent.transport import DeviceTransportFactory, Message, MqttTransport, Transport, Will
+from edgecore.compiled_cache import use_root
+from edgecore.delivery.fetch import ChunkFetcher
+from edgecore.delivery.http_fetch import HttpSettings
+from edgecore.delivery.sources import ArtifactFetcher
+from edgecore.errors import EdgeError, ProtocolError
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import KEY_ROTATION_TYPE, Envelope
+from edgecore.protocol.intake import Intake, SetOrder
+from edgecore.protocol.ledger import Ledger
+from edgecore.protocol.manifest import manifest_sha256
+from edgecore.protocol.messages import DESIRED_SCHEMAS
+from edgecore.protocol.reporter import Reporter, presence_will
+from edgecore.protocol.reports import Birth, DeploymentProgress, DeviceState, ModelTelemetry, RunningModel, Telemetry
+from edgecore.protocol.trust import TrustStore
+from edgecore.tls import tls_context
+from edgecore.transport import DeviceTransportFactory, Message, MqttTransport, Transport, Will
 
 __all__ = ["Agent"]
 
@@ -65,41 +68,57 @@ class Agent:
         self.id = config.device_id
         self.state_dir = config.state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        use_root(self.state_dir / "compiled")  # compiled-model caches, for this process and its measuring children
         self.inbox: queue.Queue[Message] = queue.Queue()
         self.stopping = threading.Event()
         self.rejected: Counter[str] = Counter()
         self._seen_reasons: set[str] = set()
         self.hardware = probe_hardware(config.hardware_root)
+        self.profiles = _profiles()  # the runtimes do not change while the agent runs: asked once, told at every birth
         self.registry = ModelRegistry()
         self.server = InferenceServer.from_settings(
             self.registry, config.inference,
-            device_metrics=lambda: device_metrics(self.state_dir, config.hardware_root),
+            device_metrics=lambda: device_metrics(self.state_dir, config.hardware_root).to_json(),
         )
         self.slots = Slots(self.state_dir)
         self.ledger = Ledger(self.state_dir)
         deploy = config.deploy
         self.guard = CrashLoopGuard(self.state_dir, GuardPolicy(deploy.crash_loop_max_deaths, deploy.crash_loop_window_s,
                                                                 deploy.load_timeout_s))
-        self._crash_loop: Verdict | None = None  # a rollback the guard made at start, reported once connected
+        self._crash_loop: list[Verdict] = []  # rollbacks the guard made at start, reported once connected
         self.host = ModelHost(self.slots, self.registry, self.hardware, self.state_dir / "selection",
                               config.deploy.selection_budget_s, self.guard)
+        self.book = FootprintBook(self.state_dir / "footprints.json")
+        budget = config.models.memory_budget_mb
+        self.budget_mb = budget if budget is not None else default_budget_mb()
+        self.admission = Admission(self.book, self.budget_mb, self._serving)
         controller_pems = config.trust.controllers or config.trust.packages
         # Pinned keys plus rotations accepted since (signed by a key trusted at the time).
         self.trust = TrustStore(self.state_dir, [p.read_text() for p in config.trust.packages],
                                 [p.read_text() for p in controller_pems])
-        self.package_keys, self.controller_keys = self.trust.keys("package"), self.trust.keys("controller")
-        will = Will(topics.device(self.id, "presence"), Presence(self.id, False, time.time()).to_payload())
-        self.transport: Transport = (transport or self._mqtt)(self.inbox, self._announce, will)
-        # HTTP(S) Range from the desired state's URLs first, MQTT chunks for the rest (agent/deploy/sources.py).
+        # Signature, type, address, sequence and expiry of what the controller sends (edgecore/protocol/intake.py).
+        self.intake = Intake(self.id, self.ledger, self.trust.keys)
+        self.transport: Transport = (transport or self._mqtt)(self.inbox, self._announce, presence_will(self.id))
+        self.reporter = Reporter(self.transport, self.id)
+        # A broker that brings nothing signed by the controller within broker_check_s is left for the next URL.
+        self.fleet_check = FleetCheck(self.id, self.transport, lambda: self.trust.keys("controller"),
+                                      config.broker_check_s, self._left_broker)
+        # HTTP(S) Range from the desired state's URLs first, MQTT chunks for the rest (edgecore/delivery/sources.py).
         self.fetcher = ArtifactFetcher(
             ChunkFetcher(self.transport, self.id, config.deploy.request_interval_s, config.deploy.download_deadline_s),
-            self.state_dir, HttpSettings(config.deploy.http_max_bytes_per_s, config.deploy.http_timeout_s, config.deploy.http_ca))
+            self.state_dir, HttpSettings(deploy.http_max_bytes_per_s, deploy.http_timeout_s, deploy.http_ca,
+                                         deploy.http_min_bytes_per_s, tuple(deploy.http_redirect_hosts),
+                                         deploy.http_redirect_private), self._fell_back)
         steps = Steps(config.deploy, self.state_dir, self.slots, self.ledger, self.host,
-                      self.fetcher.fetch, config.target)
+                      self.fetcher.fetch, config.target, self.book)
         self.machine = Machine(self.state_dir / "deployment.json", steps.handlers(), self._report,
                                config.deploy.max_restarts_per_state, pause_in)
+        activity = DeviceActivity(self.registry, lambda: bool(self.worker.jobs.pending()) or self.stopping.is_set(),
+                                  config.remeasure)
+        self.remeasure = IdleRemeasure(self.host, config.remeasure, activity, self._remeasured)
         self.worker = Worker(self.state_dir, self.machine, steps, self.slots, self.host, self._event,
-                             self._changed, self.stopping)
+                             self._changed, self.stopping, self.admission, on_idle=self.remeasure.tick,
+                             drain_s=config.models.remove_drain_s)
 
     def _mqtt(self, inbox: queue.Queue[Message], on_connect: Callable[[], None], will: Will) -> Transport:
         config = self.config
@@ -113,13 +132,14 @@ class Agent:
 
     def run(self) -> None:
         """Serve until stop() (SIGTERM/SIGINT)."""
-        safe = self.worker.recover()  # before serving: the pointer names a committed model again
+        unsafe = self.worker.recover()  # before serving: the pointer names committed models again
         self.server.start()
         log.info("agent %s: inference API on %s", self.id, self.server.url)
-        if safe:
-            self._load_active()
+        self._load_active(unsafe)
         self.transport.subscribe(topics.device(self.id, "desired"), 1)
         self.transport.subscribe(topics.device(self.id, "commands"), 1)
+        for topic in self.fleet_check.topics:
+            self.transport.subscribe(topic, 1)
         self._connect()
         self._report_crash_loop()
         self.worker.start()
@@ -130,6 +150,7 @@ class Agent:
             if time.monotonic() >= next_telemetry:
                 self._publish_telemetry()
                 next_telemetry = time.monotonic() + self.config.telemetry_interval_s
+            self._check_broker()
         self._shutdown()
 
     def stop(self) -> None:
@@ -145,36 +166,52 @@ class Agent:
                 log.warning("%s; retrying", exc)
                 self.stopping.wait(2.0)
 
+    def _check_broker(self) -> None:
+        """Leave a broker that is not the fleet's (agent/fleet_check.py); when no other answers, keep trying them all."""
+        try:
+            self.fleet_check.tick()
+        except EdgeError as exc:
+            log.warning("%s; retrying", exc)
+            self._connect()
+
+    def _left_broker(self, reason: str, waited_s: float) -> None:
+        """Connected to the next broker after leaving one that is not the fleet's: say so there."""
+        self._event("none", "broker", "moved", reason, {"waited_s": round(waited_s, 1), "moves": self.fleet_check.moves})
+
     def _shutdown(self) -> None:
         self.worker.join(timeout_s=5.0)  # let a step that is ending report (and mark it reported) before the link closes
-        offline = (topics.device(self.id, "presence"), Presence(self.id, False, time.time()).to_payload())
-        self.transport.close(final=offline)
+        self.transport.close(final=self.reporter.goodbye())
         self.server.stop()
-        self.host.unload()
+        self.host.unload_all()
         self.guard.stand_down()  # stopping on purpose is not the model's doing
         log.info("agent %s stopped", self.id)
 
     def _report_crash_loop(self) -> None:
-        verdict, self._crash_loop = self._crash_loop, None
-        if verdict is not None:
+        verdicts, self._crash_loop = self._crash_loop, []
+        for verdict in verdicts:
             gone = verdict.rolled_back
             self._event(verdict.deployment_id or "none", "rollback", "rolled-back", verdict.detail(),
-                        {"model": gone.name, "version": gone.version, "crash_loop_deaths": verdict.deaths})
+                        {"model": gone.name, "version": gone.version, "crash_loop_deaths": verdict.deaths}, gone.name)
 
-    def _load_active(self) -> None:
+    def _load_active(self, unsafe: frozenset[str]) -> None:
+        """Serve every active model, then every pipeline over them; ``unsafe`` names wait for their rollback."""
         self._crash_loop = self.guard.admit(self.slots)  # a model that killed the agent K times is not loaded again
-        active = self.slots.active()
-        if active is None:
-            return
-        try:
-            self.host.load(active)
-        except Exception as exc:  # the agent must come up even if its model no longer loads
-            log.error("cannot serve the active model %s v%d: %s", active.name, active.version, exc)
+        actives = sorted(self.slots.actives().values(), key=lambda a: (a.kind == "pipeline", a.name))
+        for active in actives:
+            if active.name in unsafe:
+                continue
+            try:
+                self.host.load_pipeline(active) if active.kind == "pipeline" else self.host.load(active)
+            except Exception as exc:  # the agent must come up even if a model no longer loads
+                log.error("cannot serve the active %s %s v%d: %s", active.kind, active.name, active.version, exc)
 
     # -- messages ---------------------------------------------------------------------------------
 
     def _dispatch(self, message: Message) -> None:
         try:
+            self.fleet_check.saw(message)  # a beacon or this device's desired state: the broker is the fleet's
+            if message.topic == topics.FLEET_BEACON:
+                return
             if message.topic.startswith(f"{topics.ROOT}/artifacts/"):
                 artifact_id, index = topics.parse_artifact_chunk(message.topic)
                 self.fetcher.feed(artifact_id, index, message.payload)
@@ -205,54 +242,48 @@ class Agent:
             self._event("none", "rejected", "rejected", str(exc))
 
     def _on_desired(self, raw: bytes, retained: bool) -> None:
-        desired = DesiredState.from_payload(verify_signed(raw, self.controller_keys, DESIRED_TYPE))
-        if retained and desired.seq <= self.ledger.last_seq and desired.device_id == self.id:
-            # The broker hands back the retained desired state on every (re)connect: already handled.
-            log.debug("ignoring retained desired state seq %d: already handled", desired.seq)
+        order = self.intake.desired_set(raw, retained)
+        if order is None:  # nothing to do: schema 1's "keep what you have", or the retained one handed back on a reconnect
             return
-        check_addressed(desired, self.id, self.ledger.last_seq)
-        if desired.model is None:
-            self.ledger.accept_seq(desired.seq)
-            return
-        try:
-            manifest_bytes = self.package_keys.verify(desired.model.manifest, MANIFEST_TYPE)
-            manifest = Manifest.from_bytes(manifest_bytes)
-            if (manifest.name, manifest.version) != (desired.model.name, desired.model.version):
-                raise ProtocolError("desired state names a different model than its signed manifest")
-        except EdgeError:
-            self.ledger.accept_seq(desired.seq)  # refused for good: its replay is refused as a replay
-            raise
-        self.fetcher.remember(manifest.payload.sha256, desired.model.urls)
-        options = Options(bool(desired.options.get("allow_downgrade")), desired.shadow_min)
-        self._queue(Job(JobKind.DEPLOY, desired.deployment_id, manifest_bytes, options), desired.seq)
+        for verified in order.entries:
+            self.fetcher.remember(verified.manifest.payload.sha256, verified.entry.urls)
+        wanted = tuple(Wanted(v.entry.deployment_id, v.manifest_bytes,
+                              Options(v.entry.options.allow_downgrade, v.entry.options.shadow_min)) for v in order.entries)
+        self._queue(Job(JobKind.DEPLOY, order.desired.deployment_id, wanted), order.desired.seq, order)
 
-    def _queue(self, job: Job, seq: int) -> None:
+    def _queue(self, job: Job, seq: int, order: SetOrder | None = None) -> None:
         """Save the job, then the sequence number: a message the device acknowledged is never lost.
 
         On a full disk the job cannot be saved: OperationFailed, nothing acknowledged, and the same
         message is taken again when it comes back (a retained desired state, on reconnect)."""
-        job, superseded = self.worker.jobs.put(job)
+        job, superseded = self.worker.jobs.put(job, seq)
         self.ledger.accept_seq(seq)
+        kept = {w.sha256 for w in job.wanted}
         for old in superseded:
-            self._event(old.deployment_id, "done", "failed", f"superseded by deployment {job.deployment_id} before it started")
+            why = f"superseded by deployment {job.deployment_id} before it started"
+            self._event(old.deployment_id, "done", "failed", why)
+            for entry in old.wanted:  # an entry the newer set keeps is deployed under it instead
+                if entry.sha256 not in kept and entry.deployment_id != old.deployment_id:
+                    self._event(entry.deployment_id, "done", "failed", why, model=entry.name)
         running = self.worker.current
         if job.kind is JobKind.DEPLOY and running is not None and running.ticket != job.ticket:
-            self.fetcher.cancel(running.manifest.payload.sha256)  # its download gives way to the newer desired state
+            for part in running.parts:  # a download the newer set does not want gives way to it
+                if manifest_sha256(part.manifest_bytes) not in kept:
+                    self.fetcher.cancel(part.manifest.payload.sha256)
 
     def _on_command(self, raw: bytes) -> None:
         envelope = Envelope.from_bytes(raw)
         if envelope.payload_type == KEY_ROTATION_TYPE:
             rotation = self.trust.apply(envelope)
-            self.package_keys, self.controller_keys = self.trust.keys("package"), self.trust.keys("controller")
             now_trusted = ", ".join(self.trust.keys(rotation.role).ids())
             self._event("none", "key-rotation", "ok", f"{rotation.role} keys now {now_trusted}")
             return
-        command = Command.from_payload(self.controller_keys.verify(envelope, COMMAND_TYPE))
-        check_addressed(command, self.id, self.ledger.last_seq)
+        command = self.intake.command(envelope)
+        model = str(command.args.get("model") or "")
         if command.command == "rollback":  # model changes run on the worker, after what is queued before them
-            self._queue(Job(JobKind.ROLLBACK, str(command.args.get("deployment_id") or "")), command.seq)
+            self._queue(Job(JobKind.ROLLBACK, str(command.args.get("deployment_id") or ""), model=model), command.seq)
         elif command.command == "remeasure":
-            self._queue(Job(JobKind.REMEASURE), command.seq)
+            self._queue(Job(JobKind.REMEASURE, model=model), command.seq)
         else:
             self.ledger.accept_seq(command.seq)
             self._changed()
@@ -265,55 +296,98 @@ class Agent:
     # -- deployments ------------------------------------------------------------------------------
 
     def _report(self, deployment: Deployment) -> None:
+        """One event per part of the unit, under that part's deployment id and naming its model."""
         outcome = deployment.outcome or Outcome.FAILED
         status = outcome.value if deployment.state is State.DONE else "running"
-        data = deployment.findings.report()
-        m = deployment.manifest
-        data.update(model=m.name, version=m.version)
-        self._event(deployment.deployment_id, deployment.state.value, status, deployment.reason, data)
+        unit = [p.name for p in deployment.parts]
+        for part in deployment.parts:
+            data = part.findings.report()
+            data.update(model=part.name, version=part.manifest.version, kind=part.manifest.kind)
+            if len(unit) > 1:
+                data["unit"] = unit
+            self._event(part.deployment_id, deployment.state.value, status, deployment.reason, data, part.name)
         if deployment.state in (State.DONE, State.HEALTH):
             self._publish_state()
         if deployment.state is State.DONE:
             self._publish_telemetry()  # the backend and model changed: report it now, not at the next tick
 
-    def _event(self, deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any] | None = None) -> None:
-        event = DeviceEvent(self.id, deployment_id, state, status, detail, time.time(), data or {})
-        self.transport.publish(topics.device(self.id, "events"), event.to_payload(), qos=1)
+    def _remeasured(self, result: Remeasured) -> None:
+        """A background re-measurement ended (agent.idle_remeasure): report it; a switch changes what serves."""
+        self._event("none", "remeasure", result.outcome, result.detail[:1000], result.to_dict(), result.model)
+        if result.outcome == "switched":
+            self._changed()
+
+    def _fell_back(self, artifact_id: str, why: str) -> None:
+        """HTTP could not bring the whole artifact: the download goes on over MQTT, and the event says why."""
+        current = self.worker.current
+        self._event(current.deployment_id if current else "none", "download", "running", why,
+                    {"artifact_id": artifact_id, "source": "mqtt"})
+
+    def _event(self, deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any] | None = None,
+               model: str | None = None) -> None:
+        self.reporter.event(deployment_id, state, status, detail, data, model)
 
     # -- announcements ----------------------------------------------------------------------------
 
     def _announce(self) -> None:
         """Birth, presence and state, on every (re)connect; runs on the network thread, publishes only."""
-        birth = {
-            "device_id": self.id, "agent_version": __version__, "ts": time.time(),
-            "hardware": self.hardware.summary(), "runtimes": runtime_versions(),
-            "target": self.config.target, "tags": self.config.tags, "inference_url": self.server.url,
-        }
-        self.transport.publish(topics.device(self.id, "birth"), encode_json(birth), qos=1, retain=True)
-        presence = Presence(self.id, True, time.time()).to_payload()
-        self.transport.publish(topics.device(self.id, "presence"), presence, qos=1, retain=True)
-        self._publish_state()
+        self.fleet_check.connected()
+        birth = Birth(self.id, time.time(), __version__, self.config.target, dict(self.config.tags), self.server.url,
+                      self.hardware.summary(), runtime_versions(), self.profiles, DESIRED_SCHEMAS)
+        self.reporter.announce(birth, self._state())
+
+    def _serving(self) -> dict[str, tuple[str, str]]:
+        """Per name served: the sha256 of its signed manifest and its backend (what admission counts)."""
+        return {name: (served.active.manifest_sha256, served.backend) for name, served in self.host.served().items()}
+
+    def _running(self) -> tuple[RunningModel, ...]:
+        """Every model and pipeline served, with its backend and measured footprints, sorted by name."""
+        running = []
+        for name, served in sorted(self.host.served().items()):
+            active, figures = served.active, self.book.get(footprint_key(served.manifest))
+            members = tuple(served.manifest.pipeline.models) if served.manifest.pipeline else ()
+            running.append(RunningModel(name, active.version, served.manifest.artifact_id, served.backend, active.slot,
+                                        active.kind, active.deployment_id or None, _footprint(figures, served.backend),
+                                        figures, members))
+        return tuple(running)
+
+    def _state(self) -> DeviceState:
+        deployment = self.worker.current
+        progress = None if deployment is None else DeploymentProgress(deployment.deployment_id, deployment.state.value,
+                                                                      deployment.reason)
+        return DeviceState.of_set(self.id, time.time(), self._running(), progress, self.ledger.last_seq, self.budget_mb)
 
     def _publish_state(self) -> None:
-        current = self.host.current
-        deployment = self.worker.current
-        state = {
-            "device_id": self.id, "ts": time.time(),
-            "active": current.summary() if current else None,
-            "deployment": None if deployment is None else {
-                "id": deployment.deployment_id, "state": deployment.state.value, "reason": deployment.reason,
-            },
-            "last_seq": self.ledger.last_seq,
-        }
-        self.transport.publish(topics.device(self.id, "state"), encode_json(state), qos=1, retain=True)
+        self.reporter.publish(self._state())
 
     def _publish_telemetry(self) -> None:
-        current = self.host.current
-        report = {
-            "device_id": self.id, "ts": time.time(),
-            "device": device_metrics(self.state_dir, self.config.hardware_root),
-            "models": self.registry.telemetry(),
-            "selection": current.selection.to_dict() if current else None,
-            "rejected_messages": dict(self.rejected),
-        }
-        self.transport.publish(topics.device(self.id, "telemetry"), encode_json(report), qos=0)
+        served = self.host.served()
+        models = {}
+        # The registry's figures are plain dicts because /metrics serves them too; read here into the report's types.
+        for name, stats in self.registry.telemetry().items():
+            figure = ModelTelemetry.from_json(stats)
+            loaded = served.get(name)
+            if loaded is not None:
+                footprints = self.book.get(footprint_key(loaded.manifest))
+                selection = loaded.selection.to_dict() if isinstance(loaded, LoadedModel) else None
+                figure = dataclasses.replace(figure, kind=loaded.active.kind, selection=selection,
+                                             footprint_mb=_footprint(footprints, loaded.backend))
+            models[name] = figure
+        only = [m for m in served.values() if isinstance(m, LoadedModel)]
+        self.reporter.publish(Telemetry(
+            self.id, time.time(), device_metrics(self.state_dir, self.config.hardware_root), models,
+            only[0].selection.to_dict() if len(served) == 1 and only else None, dict(self.rejected)))
+
+
+def _footprint(figures: dict[str, float], backend: str) -> float | None:
+    """The footprint on ``backend``, else the most any backend took (admission's rule, agent.admission.cost_of)."""
+    return figures.get(backend, max(figures.values(), default=None))
+
+
+def _profiles() -> dict[str, dict[str, Any]]:
+    """Per target profile, whether this device's runtimes run it (empty, and logged, when a profile is broken)."""
+    try:
+        return profile_report()
+    except EdgeError as exc:
+        log.warning("cannot tell which target profiles the runtimes here run: %s", exc)
+        return {}

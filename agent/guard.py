@@ -8,10 +8,10 @@ in a runtime, a supervisor's watchdog), the next start finds the guard armed and
 that model. A run that outlasts its deadline counts as a death too, and the process ends itself
 (its supervisor restarts it): a thread stuck in native code cannot be stopped any other way.
 
-At start, before anything loads the active model, :meth:`CrashLoopGuard.admit` rolls back to the
-previous model once the active one has died ``max_deaths`` times within ``window_s``; the agent
-reports that as a rollback event. Without this a model that kills the agent on load is loaded
-first again on every restart, forever.
+At start, before anything loads the active models, :meth:`CrashLoopGuard.admit` rolls each model
+back to its previous version once the active one has died ``max_deaths`` times within ``window_s``
+(the others are untouched); the agent reports that as a rollback event. Without this a model that
+kills the agent on load is loaded first again on every restart, forever.
 
 The event carries the id of the deployment that installed the model, so that a rollout can link
 it: the run that ACTIVATE guards names its deployment, and the record keeps that id per model
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.deploy.slots import ActiveModel, Slots
-from agent.durable import atomic_write_json, read_json
+from edgecore.durable import atomic_write_json, read_json
+from edgecore.protocol.messages import MAX_SET_MODELS, MAX_SET_PIPELINES
 
 __all__ = ["EXIT_HUNG", "MAX_INSTALLS", "CrashLoopGuard", "GuardPolicy", "Verdict"]
 
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 
 EXIT_HUNG = 75  # the process ends itself after a model run outlasts its deadline (EX_TEMPFAIL: restart me)
 _SCHEMA = 1  # "installs" was added later: a record without it reads as one that knows no deployment
-MAX_INSTALLS = 8  # models whose deployment id the record keeps (a device holds two; a few more cost nothing)
+# Models whose deployment id the record keeps: both slots of every name a set may hold.
+MAX_INSTALLS = 2 * (MAX_SET_MODELS + MAX_SET_PIPELINES)
 
 
 @dataclass(frozen=True)
@@ -136,17 +138,21 @@ class CrashLoopGuard:
     def tripped(self, sha: str) -> bool:
         return self.deaths(sha) >= self.policy.max_deaths
 
-    def admit(self, slots: Slots) -> Verdict | None:
-        """Count a death left by the last run, then roll back while the active model has died too often."""
+    def admit(self, slots: Slots) -> list[Verdict]:
+        """Count a death left by the last run, then roll back each active model that has died too often.
+
+        Only the model that killed the agent is rolled back; the others load as before."""
         self.recover()
-        active = slots.active()
-        if active is None or not self.tripped(active.manifest_sha256):
-            return None
-        now = slots.roll_back()
-        sha = active.manifest_sha256
-        verdict = Verdict(active, now, self.deaths(sha), self.policy.window_s, self.deployment_of(sha))
-        log.error("%s", verdict.detail())
-        return verdict
+        verdicts = []
+        for name, active in sorted(slots.actives().items()):
+            if not self.tripped(active.manifest_sha256):
+                continue
+            now = slots.roll_back(name)[name]
+            sha = active.manifest_sha256
+            verdict = Verdict(active, now, self.deaths(sha), self.policy.window_s, self.deployment_of(sha))
+            log.error("%s", verdict.detail())
+            verdicts.append(verdict)
+        return verdicts
 
     # -- guarded runs --------------------------------------------------------------------------------
 

@@ -2,9 +2,9 @@
 
 The inputs are the package's golden inputs, the most recent live requests the served model
 answered (kept in memory only, see ``ModelRegistry``), and, when those are few, synthetic inputs
-shaped like the golden ones (``agent.tensors``). Every sample (a row of a batch) counts once. Two
+shaped like the golden ones (``edgecore.tensors``). Every sample (a row of a batch) counts once. Two
 answers agree when a classifier-like output (float, last axis > 1) picks the same top-1 class, and
-otherwise when the values match within the new model's precision tolerance (``agent.tensors``,
+otherwise when the values match within the new model's precision tolerance (``edgecore.tensors``,
 the policy backend selection uses too).
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.backends import TensorSpec
-from agent.tensors import agreeing_rows, synthetic_feeds
+from edgecore.backends import TensorSpec
+from edgecore.tensors import agreeing_rows, synthetic_feeds
 
 __all__ = ["Agreement", "Feeds", "measure_agreement", "shadow_inputs"]
 
@@ -33,10 +33,12 @@ class Agreement:
     samples: int
     live: int  # of which came from live requests
     first_difference: str  # "" when all agree
+    backend: str = ""  # the backend the new side ran on, when the caller says
 
     def to_dict(self) -> dict[str, Any]:
-        return {"agreement": round(self.agreement, 4), "samples": self.samples, "live": self.live,
+        data = {"agreement": round(self.agreement, 4), "samples": self.samples, "live": self.live,
                 "first_difference": self.first_difference}
+        return data | ({"backend": self.backend} if self.backend else {})
 
 
 def shadow_inputs(golden: Feeds, live: Iterable[Feeds], specs: list[TensorSpec], seed: int = 0) -> tuple[list[Feeds], int]:
@@ -53,7 +55,7 @@ def shadow_inputs(golden: Feeds, live: Iterable[Feeds], specs: list[TensorSpec],
 def measure_agreement(old: Infer, new: Infer, feeds: list[Feeds], live: int = 0, precision: str = "fp32") -> Agreement:
     """Run every feed through both models and count the samples whose answers agree.
 
-    ``precision`` is the new model's (``agent.tensors.model_precision``): it sets the tolerance.
+    ``precision`` is the new model's (``edgecore.tensors.model_precision``): it sets the tolerance.
     """
     agreed = total = 0
     first = ""

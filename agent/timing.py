@@ -5,17 +5,26 @@ contest runs one block (a few runs, the order rotating round by round), so a noi
 thermal drift slows all of them alike. A round gives one *paired* figure per candidate pair, the
 log of the ratio of their block medians; the mean of those over the rounds, with a Student-t
 interval at ``CONFIDENCE``, says how much slower one candidate is than the other and how sure that
-is. After ``MIN_ROUNDS`` rounds, and after every round from then on:
+is. After ``MIN_ROUNDS`` rounds, and after every round from then on, ``judge`` places every other
+candidate against the leader (lowest geometric mean of block medians):
 
-- a candidate whose interval against the leader (lowest geometric mean of block medians) lies
-  wholly above 1 is slower beyond the noise and leaves the contest;
-- when one candidate is left, it wins (``tie`` false, ``rule`` "faster");
-- when every interval against the leader lies within ``1 ± TIE_MARGIN``, the remaining candidates
-  are equally fast, and when the time budget (or ``MAX_ROUNDS``) runs out first, the difference
-  never left the noise: either way it is a tie, resolved by a fixed rule, ``resolve_tie``.
+- **tied**: its interval lies wholly within the noise band ``1 +- TIE_MARGIN``: the same speed;
+- **slower**: its interval lies wholly above 1 (and not within the band): it leaves the contest;
+- **unsure**: neither: the measurement cannot tell yet, so the contest keeps measuring.
+
+The contest stops as soon as no candidate is unsure, or when its ``Budget`` (seconds and rounds)
+runs out. ``decide`` then names the winner and the rule that decided:
+
+- ``faster``: the leader is faster beyond the noise than every other candidate;
+- ``estimate``: the budget ran out while some candidate was still unsure: the leader, the faster by
+  the point estimate, wins; it is not a tie, and memory or order never decide it;
+- ``p95``, ``memory``, ``order``: a true tie (every remaining interval within the band), resolved by
+  the fixed rule ``resolve_tie``;
+- ``only``: one candidate.
 
 The timing itself is a seam: ``contest`` takes ``run_block(index, runs)`` (seconds per counted run)
-and a ``clock``, so the rule is tested on injected timings and used on real runners.
+and a ``clock``, so the rule is tested on injected timings and used on real runners; ``judge`` and
+``decide`` are pure functions of the block medians and samples.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -31,14 +40,19 @@ import numpy as np
 
 __all__ = [
     "CONFIDENCE",
+    "MAX_ROUNDS",
     "MIN_ROUNDS",
     "TIE_MARGIN",
+    "Budget",
     "Contest",
     "Decision",
     "Interval",
     "RunBlock",
+    "Standing",
     "Timing",
     "contest",
+    "decide",
+    "judge",
     "ratio_interval",
     "resolve_tie",
 ]
@@ -48,7 +62,7 @@ Clock = Callable[[], float]
 Memory = Callable[[int], "float | None"]  # candidate index -> MiB it takes (None: unknown); asked only to break a tie
 
 CONFIDENCE = 0.99  # two-sided; high because the contest looks at its interval after every round
-TIE_MARGIN = 0.05  # ratios within 1 +- 5% are the same speed
+TIE_MARGIN = 0.05  # the noise band: ratios within 1 +- 5% are the same speed
 MIN_ROUNDS = 5  # at least 4 degrees of freedom, whatever the budget
 MAX_ROUNDS = 400
 WARMUP_RUNS = 3
@@ -60,6 +74,15 @@ BOOTSTRAP = 200  # resamples for the p95 ratio's interval (fixed seed: the same 
 BOOTSTRAP_MAX_RUNS = 5000
 MEMORY_MARGIN = 0.10  # ... then to the lower memory when lower by more than this share
 MEMORY_FLOOR_MB = 4.0  # ... and by more than this many MiB
+RULES = ("only", "faster", "estimate", "p95", "memory", "order")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long a contest may keep measuring while it cannot tell: seconds, and rounds (``MIN_ROUNDS`` always run)."""
+
+    seconds: float
+    rounds: int = MAX_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -121,7 +144,12 @@ class Timing:
 
 @dataclass(frozen=True)
 class Decision:
-    """Why the winner won: against the runner-up, the ratio (runner-up over winner) and its interval."""
+    """Why the winner won: the rule, and against the runner-up the ratio (runner-up over winner) and its interval.
+
+    ``tie`` is true only for a true tie (rules p95, memory, order): every interval within ``margin``.
+    ``budget_s`` is the time the contest could spend while unsure, ``spent_s`` what it spent (None in
+    cache files written before they were recorded).
+    """
 
     winner: str
     runner_up: str | None
@@ -130,27 +158,52 @@ class Decision:
     high: float | None
     blocks: int
     tie: bool
-    rule: str  # only, faster, p95, memory, order
+    rule: str  # one of RULES
     confidence: float = CONFIDENCE
+    margin: float = TIE_MARGIN
+    budget_s: float | None = None
+    spent_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"winner": self.winner, "runner_up": self.runner_up, "blocks": self.blocks,
-                                "tie": self.tie, "rule": self.rule, "confidence": self.confidence}
+                                "tie": self.tie, "rule": self.rule, "confidence": self.confidence,
+                                "margin": self.margin}
         if self.ratio is not None:
             data["ratio"] = round(self.ratio, 4)
             data["interval"] = [_finite(self.low), _finite(self.high)]
+        for key in ("budget_s", "spent_s"):
+            if getattr(self, key) is not None:
+                data[key] = round(getattr(self, key), 3)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:
         low, high = data.get("interval") or (None, None)
+
+        def optional(key: str) -> float | None:
+            return float(data[key]) if data.get(key) is not None else None
+
         return cls(
             winner=str(data["winner"]), runner_up=str(data["runner_up"]) if data.get("runner_up") else None,
-            ratio=float(data["ratio"]) if data.get("ratio") is not None else None,
-            low=float(low) if low is not None else None, high=float(high) if high is not None else None,
-            blocks=int(data["blocks"]), tie=bool(data["tie"]), rule=str(data["rule"]),
-            confidence=float(data.get("confidence", CONFIDENCE)),
+            ratio=optional("ratio"), low=float(low) if low is not None else None,
+            high=float(high) if high is not None else None, blocks=int(data["blocks"]), tie=bool(data["tie"]),
+            rule=str(data["rule"]), confidence=float(data.get("confidence", CONFIDENCE)),
+            margin=float(data.get("margin", TIE_MARGIN)), budget_s=optional("budget_s"), spent_s=optional("spent_s"),
         )
+
+    def describe(self) -> str:
+        """One line: the rule and, against the runner-up, the ratio and its interval."""
+        if self.runner_up is None:
+            return f"{self.winner}: the only candidate that passed"
+        low = f"{self.low:.2f}" if self.low is not None and math.isfinite(self.low) else "?"
+        high = f"{self.high:.2f}" if self.high is not None and math.isfinite(self.high) else "?"
+        against = f"{self.runner_up} {self.ratio or 0:.2f}x [{low}, {high}] at {self.confidence:.0%}, {self.blocks} rounds"
+        why = {
+            "faster": "faster beyond the noise than",
+            "estimate": f"faster by the estimate (the budget of {self.budget_s or 0:g} s ran out before the interval"
+                        f" left the noise or came within +-{self.margin:.0%}) than",
+        }.get(self.rule, f"a tie within +-{self.margin:.0%}, broken by {self.rule}, with")
+        return f"{self.winner}: {why} {against}"
 
 
 def _finite(value: float | None) -> float | None:
@@ -168,27 +221,64 @@ class Contest:
     memory_mb: Mapping[int, float | None] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Standing:
+    """Where the candidates still in the contest stand against the leader (indices into the candidates)."""
+
+    leader: int
+    tied: tuple[int, ...] = ()  # within the noise band of the leader: the same speed
+    slower: tuple[int, ...] = ()  # slower than the leader beyond the noise: out of the contest
+    unsure: tuple[int, ...] = ()  # neither yet: more measuring can tell
+
+    @property
+    def live(self) -> list[int]:
+        """The candidates that stay in the contest, the leader first."""
+        return [self.leader, *self.tied, *self.unsure]
+
+    @property
+    def settled(self) -> bool:
+        """Whether measuring more would change nothing: no candidate is unsure."""
+        return not self.unsure
+
+
+def judge(blocks: Sequence[Mapping[int, float]], live: Sequence[int], margin: float = TIE_MARGIN,
+          confidence: float = CONFIDENCE) -> Standing:
+    """Place every candidate of ``live`` against the leader, from their block medians by round (pure)."""
+    leader = min(live, key=lambda i: _log_mean(blocks[i]))
+    tied: list[int] = []
+    slower: list[int] = []
+    unsure: list[int] = []
+    for i in live:
+        if i == leader:
+            continue
+        iv = _interval(blocks, i, leader, confidence)
+        (tied if iv.within(margin) else slower if iv.above(1.0) else unsure).append(i)
+    return Standing(leader, tuple(tied), tuple(slower), tuple(unsure))
+
+
 def contest(
     names: Sequence[str],
     run_block: RunBlock,
     *,
-    budget_s: float,
+    budget: Budget,
     clock: Clock = time.perf_counter,
     memory: Memory | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Contest:
     """Time the candidates ``names`` (their order is the tie rule's fixed order) and decide.
 
-    ``memory`` is asked only when a tie reaches the memory rule, and only for the tied candidates.
+    Measures until ``judge`` finds no candidate unsure, or ``budget`` runs out. ``memory`` is asked
+    only when a true tie reaches the memory rule, and only for the tied candidates.
     """
     if not names:
         raise ValueError("a contest needs at least one candidate")
-    deadline = clock() + budget_s
-    sizes = _block_sizes([run_block(i, WARMUP_RUNS) for i in range(len(names))], budget_s)
+    started = clock()
+    sizes = _block_sizes([run_block(i, WARMUP_RUNS) for i in range(len(names))], budget.seconds)
     samples: list[list[float]] = [[] for _ in names]
     blocks: list[dict[int, float]] = [{} for _ in names]
     live = list(range(len(names)))
     rounds = 0
+    standing = Standing(0)
     while True:
         turn = rounds % len(live)
         for i in live[turn:] + live[:turn]:
@@ -198,16 +288,49 @@ def contest(
         rounds += 1
         if rounds < MIN_ROUNDS:
             continue
-        leader = min(live, key=lambda i: _log_mean(blocks[i], rounds))
-        live = [i for i in live if i == leader or not _interval(blocks, i, leader).above(1.0)]
+        standing = judge(blocks, live)
+        live = standing.live
         if progress:
-            progress(f"round {rounds}: {len(live)} candidate(s) within the noise of the fastest")
-        if len(live) == 1 or all(_interval(blocks, i, leader).within(TIE_MARGIN) for i in live if i != leader):
-            break
-        if clock() >= deadline or rounds >= MAX_ROUNDS:
+            progress(f"round {rounds}: {len(standing.unsure)} candidate(s) the measurement cannot tell apart yet")
+        if standing.settled or clock() - started >= budget.seconds or rounds >= budget.rounds:
             break
     timings = tuple(Timing(tuple(s), dict(b)) for s, b in zip(samples, blocks, strict=True))
-    return _decide(names, timings, live, leader, rounds, memory)
+    result = decide(names, timings, standing, rounds, memory)
+    spent = replace(result.decision, budget_s=budget.seconds, spent_s=clock() - started)
+    return replace(result, decision=spent)
+
+
+def decide(names: Sequence[str], timings: Sequence[Timing], standing: Standing, rounds: int,
+           memory: Memory | None) -> Contest:
+    """The winner and the rule that picked it, from where the candidates stood when measuring stopped.
+
+    Unsure candidates left mean the budget ran out: the leader wins by the estimate. Memory (and
+    order) are asked only for a true tie, all intervals within the band.
+    """
+    timings = tuple(timings)
+    blocks = [t.blocks for t in timings]
+    asked: dict[int, float | None] = {}
+    if len(names) == 1:
+        return Contest(timings, Decision(names[0], None, None, None, None, rounds, False, "only"), 0)
+    if standing.unsure:
+        winner, rule, tie = standing.leader, "estimate", False
+    elif standing.tied:
+
+        def memory_of(index: int) -> float | None:
+            if index not in asked:
+                asked[index] = memory(index) if memory is not None else None
+            return asked[index]
+
+        winner, rule = resolve_tie([standing.leader, *standing.tied], timings, memory_of)
+        tie = True
+    else:
+        winner, rule, tie = standing.leader, "faster", False
+    others = [i for i in range(len(names)) if i != winner]
+    runner_up = min(others, key=lambda i: _interval(blocks, i, winner).ratio)
+    iv = _interval(blocks, runner_up, winner)
+    ratio, low, high = (round(v, 4) if math.isfinite(v) else v for v in (iv.ratio, iv.low, iv.high))  # as cached
+    decision = Decision(names[winner], names[runner_up], ratio, low, high, rounds, tie, rule)
+    return Contest(timings, decision, winner, asked)
 
 
 def _block_sizes(warmups: Sequence[Sequence[float]], budget_s: float) -> list[int]:
@@ -217,38 +340,13 @@ def _block_sizes(warmups: Sequence[Sequence[float]], budget_s: float) -> list[in
             for w in warmups]
 
 
-def _log_mean(blocks: Mapping[int, float], rounds: int) -> float:
-    return float(np.mean([math.log(blocks[r]) for r in range(rounds) if r in blocks]))
+def _log_mean(blocks: Mapping[int, float]) -> float:
+    return float(np.mean([math.log(value) for value in blocks.values()]))
 
 
-def _interval(blocks: Sequence[Mapping[int, float]], slow: int, fast: int) -> Interval:
+def _interval(blocks: Sequence[Mapping[int, float]], slow: int, fast: int, confidence: float = CONFIDENCE) -> Interval:
     common = sorted(set(blocks[slow]) & set(blocks[fast]))
-    return ratio_interval([blocks[slow][r] for r in common], [blocks[fast][r] for r in common])
-
-
-def _decide(names: Sequence[str], timings: tuple[Timing, ...], live: list[int], leader: int, rounds: int,
-            memory: Memory | None) -> Contest:
-    blocks = [t.blocks for t in timings]
-    asked: dict[int, float | None] = {}
-    if len(names) == 1:
-        return Contest(timings, Decision(names[0], None, None, None, None, rounds, False, "only"), 0)
-    if len(live) == 1:
-        winner, rule, tie = leader, "faster", False
-    else:
-
-        def memory_of(index: int) -> float | None:
-            if index not in asked:
-                asked[index] = memory(index) if memory is not None else None
-            return asked[index]
-
-        winner, rule = resolve_tie(live, timings, memory_of)
-        tie = True
-    others = [i for i in range(len(names)) if i != winner]
-    runner_up = min(others, key=lambda i: _interval(blocks, i, winner).ratio)
-    iv = _interval(blocks, runner_up, winner)
-    ratio, low, high = (round(v, 4) if math.isfinite(v) else v for v in (iv.ratio, iv.low, iv.high))  # as cached
-    decision = Decision(names[winner], names[runner_up], ratio, low, high, rounds, tie, rule)
-    return Contest(timings, decision, winner, asked)
+    return ratio_interval([blocks[slow][r] for r in common], [blocks[fast][r] for r in common], confidence)
 
 
 def resolve_tie(tied: Sequence[int], timings: Sequence[Timing], memory: Memory) -> tuple[int, str]:

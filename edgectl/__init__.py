@@ -1,5 +1,5 @@
 """edgectl: the workstation side: analyse, quantize, package and roll out ONNX models."""
 
-from agent import __version__
+from edgecore import __version__
 
 __all__ = ["__version__"]

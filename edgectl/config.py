@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.config import TlsSettings
-from agent.settings import load_settings
+from edgecore.settings import load_settings
+from edgecore.tls import TlsSettings
 from edgectl.home import edgectl_home
 
 __all__ = ["ApiSettings", "ControllerSettings", "EdgectlConfig", "RetentionSettings", "load_edgectl_config"]
@@ -65,6 +65,13 @@ class ApiSettings:
     insecure: bool = False
     metrics_open: bool = False  # /metrics without a token (a Prometheus that cannot send one)
     max_upload_mb: int = 1024
+    # Bounds of the server (edgectl/httpd, docs/security.md "Servers"): threads that run requests (the most store
+    # sessions the API holds), open connections in all and per client address, time to send a head, idle keep-alive.
+    workers: int = 8
+    max_connections: int = 512
+    max_connections_per_address: int = 64
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Connecting edgectl to the fleet's broker: flag, config, or the embedded broker on this machine.
 
 The broker may be a cluster: ``--broker`` (repeated or comma-separated) or the config's ``brokers``
-list names its nodes, and the transport fails over between them (``agent.transport``).
+list names its nodes, and the transport fails over between them (``edgecore.transport``).
 
 Every command that connects goes through :func:`checked_broker`: plaintext MQTT off loopback needs
 ``insecure: true``; on loopback it is allowed with one warning line per process
-(``agent.transport.check_transport_security``).
+(``edgecore.transport.check_transport_security``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import os
 import queue
 import uuid
 
-from agent.errors import BrokerUnavailable
-from agent.tls import tls_context
-from agent.transport import (
+from edgecore.errors import BrokerUnavailable
+from edgecore.tls import tls_context
+from edgecore.transport import (
     ConnectHook,
     Message,
     MqttTransport,

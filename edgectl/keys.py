@@ -15,9 +15,9 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.durable import atomic_write
-from agent.errors import ConfigError, NotFoundError
-from agent.protocol.envelope import TrustedKeys, key_id, load_public_key, public_key_pem
+from edgecore.durable import atomic_write
+from edgecore.errors import ConfigError, NotFoundError
+from edgecore.protocol.envelope import TrustedKeys, key_id, load_public_key, public_key_pem
 from edgectl.home import edgectl_home
 
 __all__ = ["ROLES", "Keyring"]

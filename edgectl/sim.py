@@ -1,16 +1,22 @@
 """Simulated agents for trying rollouts without hardware: many light agents in one process.
 
-Real, per agent: its own MQTT connection (agent.transport, with last will and reconnects), birth /
-presence / state / events / telemetry in protocol v1, signature, address, sequence and expiry
-checks (agent.protocol), the ledger (agent.deploy.ledger), artifact download with hash checks of
-every chunk (agent.deploy.sources: by HTTP(S) Range from the desired state's ``model.urls`` first,
-then MQTT chunks for what is missing, as the real agent) and payload extraction with per-file hash
-checks.
+The device side of the protocol is the agent's own edgecore code, per agent: its MQTT connection
+(edgecore.transport, with last will and reconnects), its reports (edgecore.protocol.reporter and
+the typed reports), the checks of what the controller sends (edgecore.protocol.intake: signature,
+address, sequence, expiry, the signed manifests, and why a manifest is refused: expiry, agent
+version, target, downgrade), the ledger (edgecore.protocol.ledger), artifact download with hash
+checks of every chunk (edgecore.delivery.sources: by HTTP(S) Range from the desired state's
+``urls`` first, then MQTT chunks for what is missing) and payload extraction with per-file
+hash checks. An agent runs a set of models (desired-state schema 2, applied by
+:mod:`edgectl.sim_sets`: admission against its memory budget, one deployment per changed entry,
+removal); one told it speaks schema 1 only (``schemas``) refuses a set, as agents from before sets do,
+and replaces its one model with each desired state.
 Simulated: the hardware (a summary per profile), loading and running the model (the "health
 check" reads the package's golden outputs and fails on NaN/inf; latency is the profile's base
-latency times the agent's latency factor for that model version) and the backend choice (the
-profile's first execution provider, or the CPU when the agent is told to fall back) and the
-shadow run's agreement (the agent's ``agreement`` for that model version, 1.0 unless told).
+latency times the agent's latency factor for that model version), the backend choice (the
+profile's first execution provider, or the CPU when the agent is told to fall back), the shadow
+run's agreement (the agent's ``agreement`` for that model version, 1.0 unless told), each model's
+footprint (``footprint`` for that model version, else the size of its model files) and timing.
 """
 
 from __future__ import annotations
@@ -20,37 +26,45 @@ import contextlib
 import json
 import logging
 import queue
+import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agent import __version__
-from agent.deploy.download import Download
-from agent.deploy.fetch import ChunkFetcher
-from agent.deploy.golden import load_golden
-from agent.deploy.http_fetch import HttpSettings
-from agent.deploy.ledger import Ledger
-from agent.deploy.sources import ArtifactFetcher
-from agent.errors import EdgeError
-from agent.protocol import topics
-from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, MANIFEST_TYPE, TrustedKeys
-from agent.protocol.manifest import Manifest
-from agent.protocol.messages import Command, DesiredState, DeviceEvent, Presence, check_addressed, verify_signed
-from agent.protocol.package import extract_payload
-from agent.protocol.schema import encode_json
-from agent.transport import Message, MqttTransport, Transport, Will
+from edgecore import __version__
+from edgecore.delivery.fetch import ChunkFetcher
+from edgecore.delivery.http_fetch import HttpSettings
+from edgecore.delivery.sources import ArtifactFetcher
+from edgecore.errors import EdgeError
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import Envelope, TrustedKeys
+from edgecore.protocol.intake import Intake, SetOrder, Verified
+from edgecore.protocol.ledger import Ledger
+from edgecore.protocol.manifest import Manifest
+from edgecore.protocol.messages import DESIRED_SCHEMAS
+from edgecore.protocol.reporter import Reporter, presence_will
+from edgecore.protocol.reports import (
+    Birth,
+    DeploymentProgress,
+    DeviceMetrics,
+    DeviceState,
+    LatencyFigures,
+    ModelTelemetry,
+    RunningModel,
+    Telemetry,
+)
+from edgecore.protocol.schema import Fields
+from edgecore.transport import ConnectHook, DeviceTransportFactory, Message, MqttTransport, Transport, Will
+from edgectl.sim_sets import MIB, Measured, Served, SetRunner, weights_mb
 
 __all__ = ["BASE_LATENCY_MS", "SimAgent", "SimFleet"]
 
 log = logging.getLogger(__name__)
-
-# numpy parses .npz headers with ast.literal_eval, which CPython 3.11 can break when several threads
-# build ASTs at once ("AST constructor recursion depth mismatch", gh-106905): one at a time.
-_GOLDEN_LOCK = threading.Lock()
 
 BASE_LATENCY_MS = {"jetson-orin": 2.0, "jetson-nano": 6.0, "nnapi": 8.0, "qnn-htp": 3.0, "cpu-x86": 5.0, "cpu-arm": 12.0}
 SIM_MEMORY = 4 << 30  # bytes of memory a simulated device reports
@@ -58,6 +72,69 @@ BACKEND = {"jetson-orin": "TensorrtExecutionProvider", "nnapi": "NnapiExecutionP
 
 
 _CHUNKS = f"{topics.ROOT}/artifacts/"
+
+
+@dataclass
+class SimAgent:
+    device_id: str
+    profile: str
+    state_dir: Path
+    latency_factor: dict[str, float] = field(default_factory=dict)  # "name@version" or "*" -> factor
+    agreement: dict[str, float] = field(default_factory=dict)  # shadow-run agreement, "name@version" or "*" -> fraction
+    tags: dict[str, str] = field(default_factory=dict)
+    fallback: bool = False
+    schemas: tuple[int, ...] = DESIRED_SCHEMAS  # (1,): an agent from before sets (one model, refuses a set)
+    memory_budget_mb: float | None = SIM_MEMORY / MIB  # None: an agent from before admission (reports none)
+    footprint: dict[str, float] = field(default_factory=dict)  # "name@version" or "*" -> MiB; default its model files
+    transport: Transport | None = None
+    served: Served = field(default_factory=Served)
+    requests: dict[str, int] = field(default_factory=dict)  # per model, since it was installed
+
+    @property
+    def models(self) -> dict[str, RunningModel]:
+        """What the agent serves, by name."""
+        return self.served.models
+
+    @property
+    def active(self) -> RunningModel | None:
+        """The model it serves when it serves exactly one."""
+        return next(iter(self.models.values())) if len(self.models) == 1 else None
+
+    def factor(self, name: str, version: int) -> float:
+        return self.latency_factor.get(f"{name}@{version}", self.latency_factor.get("*", 1.0))
+
+    def p95(self, name: str, version: int) -> float:
+        return round(BASE_LATENCY_MS.get(self.profile, 5.0) * self.factor(name, version), 3)
+
+    def measure(self, manifest: Manifest) -> Measured:
+        """The simulated figures of a model installed here."""
+        key = f"{manifest.name}@{manifest.version}"
+        footprint = self.footprint.get(key, self.footprint.get("*", round(weights_mb(manifest), 3)))
+        backend = "pipeline" if manifest.kind == "pipeline" else self.backend
+        return Measured(backend, footprint, self.p95(manifest.name, manifest.version))
+
+    def device_metrics(self, now: float) -> DeviceMetrics:
+        """Simulated CPU and memory (for the console's charts): busier with a model, a slow swing per device."""
+        swing = float(np.sin(now / 30 + sum(self.device_id.encode()) % 60))
+        busy = 25.0 if self.models else 4.0
+        memory = (0.45 if self.models else 0.3) + 0.02 * swing
+        return DeviceMetrics(cpu_percent=round(busy + 3 * swing, 1), memory_total_bytes=SIM_MEMORY,
+                             memory_used_bytes=int(SIM_MEMORY * memory), memory_percent=round(100 * memory, 1), simulated=True)
+
+    @property
+    def backend(self) -> str:
+        return f"onnxruntime/{'CPUExecutionProvider' if self.fallback else BACKEND.get(self.profile, 'CPUExecutionProvider')}"
+
+
+@dataclass(frozen=True)
+class _Link:
+    """One agent's device side of the protocol: the same edgecore parts the real agent runs."""
+
+    reporter: Reporter
+    ledger: Ledger
+    intake: Intake
+    fetcher: ArtifactFetcher
+    runner: SetRunner
 
 
 class _Route(queue.Queue):  # type: ignore[type-arg]
@@ -79,138 +156,108 @@ class _Route(queue.Queue):  # type: ignore[type-arg]
         self.shared.put((self.agent, item))
 
 
-@dataclass
-class SimAgent:
-    device_id: str
-    profile: str
-    state_dir: Path
-    latency_factor: dict[str, float] = field(default_factory=dict)  # "name@version" or "*" -> factor
-    agreement: dict[str, float] = field(default_factory=dict)  # shadow-run agreement, "name@version" or "*" -> fraction
-    tags: dict[str, str] = field(default_factory=dict)
-    fallback: bool = False
-    transport: Transport | None = None
-    active: dict[str, Any] | None = None
-    previous: dict[str, Any] | None = None
-    deploying: str | None = None
-    requests: int = 0
-
-    def factor(self, name: str, version: int) -> float:
-        return self.latency_factor.get(f"{name}@{version}", self.latency_factor.get("*", 1.0))
-
-    def p95(self) -> float | None:
-        if self.active is None:
-            return None
-        return round(BASE_LATENCY_MS.get(self.profile, 5.0) * self.factor(self.active["name"], self.active["version"]), 3)
-
-    def device_metrics(self, now: float) -> dict[str, Any]:
-        """Simulated CPU and memory (for the console's charts): busier with a model, a slow swing per device."""
-        swing = float(np.sin(now / 30 + sum(self.device_id.encode()) % 60))
-        busy = 25.0 if self.active is not None else 4.0
-        memory = (0.45 if self.active is not None else 0.3) + 0.02 * swing
-        return {"simulated": True, "cpu_percent": round(busy + 3 * swing, 1), "memory_percent": round(100 * memory, 1),
-                "memory_total_bytes": SIM_MEMORY, "memory_used_bytes": int(SIM_MEMORY * memory)}
-
-    @property
-    def backend(self) -> str:
-        return f"onnxruntime/{'CPUExecutionProvider' if self.fallback else BACKEND.get(self.profile, 'CPUExecutionProvider')}"
-
-
 class SimFleet:
     """Runs simulated agents against one broker: one dispatcher thread, one telemetry thread.
 
     ``http`` are the agents' settings for artifact URLs (CA bundle, rate cap, timeout), as the real
-    agent's ``deploy.http_*``. ``telemetry_sent`` counts the reports published per wall-clock second."""
+    agent's ``deploy.http_*``. ``telemetry_sent`` counts the reports published per wall-clock second.
+    ``transports`` (client id -> a device transport factory) is the seam for an in-memory broker
+    (``MemoryBroker.factory``); by default each agent connects to ``broker_url``."""
 
     def __init__(self, broker_url: str, package_keys: TrustedKeys, controller_keys: TrustedKeys,
-                 telemetry_s: float = 1.0, http: HttpSettings | None = None) -> None:
+                 telemetry_s: float = 1.0, http: HttpSettings | None = None,
+                 transports: Callable[[str], DeviceTransportFactory] | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.url = broker_url
-        self.package_keys = package_keys
-        self.controller_keys = controller_keys
+        self.tls = tls  # the fleet PKI's identity for mqtts:// brokers (edgectl.yaml's tls:), as every edgectl command
+        self.transports = transports or self._mqtt
+        self.keys = {"package": package_keys, "controller": controller_keys}
         self.telemetry_s = telemetry_s
         self.http = http or HttpSettings()
         self.agents: dict[str, SimAgent] = {}
         self.inbox: queue.Queue[tuple[SimAgent, Message]] = queue.Queue()
         self.stopping = threading.Event()
         self.telemetry_sent: collections.Counter[int] = collections.Counter()
-        self._fetchers: dict[str, ArtifactFetcher] = {}
-        self._ledgers: dict[str, Ledger] = {}
+        self._links: dict[str, _Link] = {}
         threading.Thread(target=self._dispatch, name="sim-dispatch", daemon=True).start()
         threading.Thread(target=self._telemetry, name="sim-telemetry", daemon=True).start()
 
     def start(self, agent: SimAgent) -> SimAgent:
         agent.state_dir.mkdir(parents=True, exist_ok=True)
-        saved = agent.state_dir / "sim.json"
-        if saved.exists():
-            agent.active, agent.previous = json.loads(saved.read_text())
-        will = Will(topics.device(agent.device_id, "presence"), Presence(agent.device_id, False, time.time()).to_payload())
+        agent.served.one_slot = 2 not in agent.schemas
+        _restore(agent.served, agent.state_dir / "sim.json")  # a restart keeps what it served
         route = _Route(agent, self.inbox)
-        agent.transport = MqttTransport(self.url, f"sim-{agent.device_id}", inbox=route, will=will,
-                                        on_connect=lambda: self._announce(agent), keepalive=10)
-        self._ledgers[agent.device_id] = Ledger(agent.state_dir)
-        chunks = ChunkFetcher(agent.transport, agent.device_id, 1.0, 600.0)
-        self._fetchers[agent.device_id] = route.fetcher = ArtifactFetcher(chunks, agent.state_dir, self.http)
-        agent.transport.subscribe(topics.device(agent.device_id, "desired"), 1)
-        agent.transport.subscribe(topics.device(agent.device_id, "commands"), 1)
+        transport = agent.transport = self.transports(f"sim-{agent.device_id}")(route, lambda: self._announce(agent),
+                                                                                 presence_will(agent.device_id))
+        ledger = Ledger(agent.state_dir)
+        route.fetcher = ArtifactFetcher(ChunkFetcher(transport, agent.device_id, 1.0, 600.0), agent.state_dir, self.http)
+        reporter = Reporter(transport, agent.device_id)
+
+        def event(deployment_id: str, state: str, status: str, detail: str, data: dict[str, Any] | None,
+                  model: str | None) -> None:
+            reporter.event(deployment_id, state, status, detail, data, model)
+
+        runner = SetRunner(agent.served, ledger, route.fetcher, agent.state_dir, agent.profile, agent.memory_budget_mb, event,
+                           agent.measure, lambda manifest, wanted: _shadow(agent, manifest, wanted))
+        self._links[agent.device_id] = _Link(reporter, ledger, Intake(agent.device_id, ledger, self.keys.__getitem__),
+                                             route.fetcher, runner)
+        transport.subscribe(topics.device(agent.device_id, "desired"), 1)
+        transport.subscribe(topics.device(agent.device_id, "commands"), 1)
         self.agents[agent.device_id] = agent
-        agent.transport.connect()
+        transport.connect()
         return agent
+
+    def _mqtt(self, client_id: str) -> DeviceTransportFactory:
+        def connect(inbox: queue.Queue[Message], on_connect: ConnectHook, will: Will) -> Transport:
+            return MqttTransport(self.url, client_id, inbox=inbox, will=will, on_connect=on_connect, keepalive=10,
+                                 tls_context=self.tls)
+        return connect
 
     def kill(self, device_id: str) -> None:
         """Stop an agent without a goodbye: it just goes silent (the broker sends its will later)."""
         agent = self.agents.pop(device_id)
-        self._fetchers[device_id].cancel()
+        self._links[device_id].fetcher.cancel()
         assert agent.transport is not None
         agent.transport.abort()  # no DISCONNECT: the socket stays half-open until keepalive
 
     def stop(self, device_id: str | None = None) -> None:
         for agent in [self.agents.pop(device_id)] if device_id else list(self.agents.values()):
-            self._fetchers[agent.device_id].cancel()
+            link = self._links[agent.device_id]
+            link.fetcher.cancel()
             if agent.transport is not None:
-                goodbye = Presence(agent.device_id, False, time.time()).to_payload()
-                agent.transport.close(final=(topics.device(agent.device_id, "presence"), goodbye))
+                agent.transport.close(final=link.reporter.goodbye())
         if device_id is None:
             self.agents.clear()
             self.stopping.set()
 
-    # -- announcements ----------------------------------------------------------------------------
+    # -- reports ----------------------------------------------------------------------------------
 
     def _announce(self, agent: SimAgent) -> None:
-        birth = {"device_id": agent.device_id, "agent_version": __version__, "ts": time.time(),
-                 "hardware": {"simulated": True, "profile": agent.profile}, "runtimes": {}, "target": agent.profile,
-                 "tags": agent.tags, "inference_url": None}
-        self._publish(agent, "birth", encode_json(birth), retain=True)
-        self._publish(agent, "presence", Presence(agent.device_id, True, time.time()).to_payload(), retain=True)
-        self._publish_state(agent)
+        birth = Birth(agent.device_id, time.time(), __version__, agent.profile, dict(agent.tags), None,
+                      {"simulated": True, "profile": agent.profile}, desired_schemas=agent.schemas)
+        self._links[agent.device_id].reporter.announce(birth, self._state(agent))
 
-    def _publish(self, agent: SimAgent, leaf: str, payload: bytes, retain: bool = False, qos: int = 1) -> None:
-        if agent.transport is not None:
-            agent.transport.publish(topics.device(agent.device_id, leaf), payload, qos=qos, retain=retain)
+    def _state(self, agent: SimAgent) -> DeviceState:
+        deploying = agent.served.deploying
+        deployment = DeploymentProgress(deploying, "running") if deploying else None
+        return DeviceState.of_set(agent.device_id, time.time(), tuple(agent.models.values()), deployment,
+                                  self._links[agent.device_id].ledger.last_seq, agent.memory_budget_mb)
 
     def _publish_state(self, agent: SimAgent) -> None:
-        state = {"device_id": agent.device_id, "ts": time.time(), "active": agent.active,
-                 "deployment": {"id": agent.deploying, "state": "running", "reason": ""} if agent.deploying else None,
-                 "last_seq": self._ledgers[agent.device_id].last_seq}
-        self._publish(agent, "state", encode_json(state), retain=True)
-        (agent.state_dir / "sim.json").write_text(json.dumps([agent.active, agent.previous]))
+        self._links[agent.device_id].reporter.publish(self._state(agent))
+        kept = {"models": [m.to_json() for m in agent.models.values()],
+                "previous": {n: None if m is None else m.to_json() for n, m in agent.served.previous.items()}}
+        (agent.state_dir / "sim.json").write_text(json.dumps(kept))
 
     def _event(self, agent: SimAgent, deployment_id: str, state: str, status: str, detail: str,
-               data: dict[str, Any] | None = None) -> None:
-        event = DeviceEvent(agent.device_id, deployment_id, state, status, detail, time.time(), data or {})
-        self._publish(agent, "events", event.to_payload())
+               data: dict[str, Any] | None = None, model: str | None = None) -> None:
+        self._links[agent.device_id].reporter.event(deployment_id, state, status, detail, data, model)
 
     def _telemetry(self) -> None:
         while not self.stopping.wait(self.telemetry_s):
             for agent in list(self.agents.values()):
-                models = {}
-                if agent.active is not None:
-                    agent.requests += 10
-                    p95 = agent.p95() or 0.0
-                    models[agent.active["name"]] = {"version": str(agent.active["version"]), "backend": agent.active["backend"],
-                                                    "requests": agent.requests, "errors": 0,
-                                                    "latency_ms": {"p50": round(0.8 * p95, 3), "p95": p95}}
                 now = time.time()
-                report = {"device_id": agent.device_id, "ts": now, "device": agent.device_metrics(now), "models": models}
-                self._publish(agent, "telemetry", encode_json(report), qos=0)
+                self._links[agent.device_id].reporter.publish(Telemetry(agent.device_id, now, agent.device_metrics(now),
+                                                                        _served(agent)))
                 self.telemetry_sent[int(time.time())] += 1
 
     # -- messages -----------------------------------------------------------------------------------
@@ -224,98 +271,97 @@ class SimFleet:
             if agent.device_id not in self.agents:
                 continue
             try:
-                if message.topic.startswith(f"{topics.ROOT}/artifacts/"):
+                if message.topic.startswith(_CHUNKS):
                     artifact_id, index = topics.parse_artifact_chunk(message.topic)
-                    self._fetchers[agent.device_id].feed(artifact_id, index, message.payload)
+                    self._links[agent.device_id].fetcher.feed(artifact_id, index, message.payload)
                 elif message.topic.endswith("/desired"):
-                    self._on_desired(agent, message.payload)
+                    self._on_desired(agent, message.payload, message.retain)
                 elif message.topic.endswith("/commands"):
                     self._on_command(agent, message.payload)
             except EdgeError as exc:
                 log.info("%s rejected %s: %s", agent.device_id, message.topic, exc)
-                if not message.topic.startswith(f"{topics.ROOT}/artifacts/"):
+                if not message.topic.startswith(_CHUNKS):
                     self._event(agent, "none", "rejected", "rejected", str(exc))
 
-    def _on_desired(self, agent: SimAgent, raw: bytes) -> None:
-        ledger = self._ledgers[agent.device_id]
-        desired = DesiredState.from_payload(verify_signed(raw, self.controller_keys, DESIRED_TYPE))
-        if desired.seq <= ledger.last_seq:
+    def _on_desired(self, agent: SimAgent, raw: bytes, retained: bool) -> None:
+        link = self._links[agent.device_id]
+        order = self._order(agent, link, raw, retained)
+        if order is None:
             return
-        check_addressed(desired, agent.device_id, ledger.last_seq)
-        ledger.accept_seq(desired.seq)
-        if desired.model is None:
-            return
-        manifest_bytes = self.package_keys.verify(desired.model.manifest, MANIFEST_TYPE)
-        manifest = Manifest.from_bytes(manifest_bytes)
-        self._fetchers[agent.device_id].remember(manifest.payload.sha256, desired.model.urls)
-        active = agent.active
-        new = (manifest.name, manifest.version, manifest.artifact_id)
-        if active is not None and (active["name"], active["version"], active["artifact_id"]) == new:
-            self._event(agent, desired.deployment_id, "commit", "ok", "already active")
-            return
-        threading.Thread(target=self._deploy, args=(agent, desired, manifest), daemon=True).start()
-
-    def _deploy(self, agent: SimAgent, desired: DesiredState, manifest: Manifest) -> None:
-        did, ledger = desired.deployment_id, self._ledgers[agent.device_id]
-        data = {"model": manifest.name, "version": manifest.version}
-        agent.deploying = did
-        try:
-            problem = self._refusal(agent, manifest, ledger, bool(desired.options.get("allow_downgrade")))
-            if problem:
-                return self._event(agent, did, "done", "failed", problem, data)
-            self._event(agent, did, "download", "running", "", data)
-            download = Download(agent.state_dir / "downloads", manifest.payload)
-            self._fetchers[agent.device_id].fetch(download)
-            self._event(agent, did, "verify", "running", "", data)
-            slot = agent.state_dir / "slots" / manifest.artifact_id[:16]
-            extract_payload(download.finish(), manifest, slot)
-            download.discard()
-            if desired.shadow_min is not None and agent.active is not None:
-                refused = self._shadow(agent, did, manifest, desired.shadow_min, data)
-                if refused:
-                    return self._event(agent, did, "done", "failed", refused, data)
-            self._event(agent, did, "health", "running", "", data)
-            with _GOLDEN_LOCK:
-                _, outputs = load_golden(slot / manifest.golden) if manifest.golden else ({}, {})
-            if any(np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v)) for v in outputs.values()):
-                return self._event(agent, did, "done", "rolled-back", "health: the model produced NaN or infinite outputs", data)
-            agent.previous, agent.active = agent.active, {"name": manifest.name, "version": manifest.version, "slot": slot.name,
-                                                          "artifact_id": manifest.artifact_id, "backend": agent.backend}
-            ledger.commit_version(manifest.name, manifest.version)
-            agent.requests = 0
-            data.update(backend=agent.backend, health_p95_ms=agent.p95())
-            self._event(agent, did, "done", "ok", f"{manifest.name} v{manifest.version} committed", data)
-        except EdgeError as exc:
-            self._event(agent, did, "done", "failed", str(exc), data)
-        finally:
-            agent.deploying = None
-            self._publish_state(agent)
-
-    def _shadow(self, agent: SimAgent, did: str, manifest: Manifest, wanted: float, data: dict[str, Any]) -> str | None:
-        """The simulated shadow run: reports the agreement the agent was given; too little refuses the cut-over."""
-        agreement = agent.agreement.get(f"{manifest.name}@{manifest.version}", agent.agreement.get("*", 1.0))
-        data["shadow"] = {"agreement": agreement, "samples": 16, "live": 0, "min_agreement": wanted, "first_difference": ""}
-        self._event(agent, did, "shadow", "running", "", data)
-        if agreement < wanted:
-            return f"shadow: the new model agrees with the serving one on {agreement:.1%} of 16 inputs, {wanted:.1%} needed"
-        return None
+        link.ledger.accept_seq(order.desired.seq)  # nothing to keep first: the light agent acts on it at once
+        agent.served.latest_seq = max(agent.served.latest_seq, order.desired.seq)
+        for verified in order.entries:
+            link.fetcher.remember(verified.manifest.payload.sha256, verified.entry.urls)
+        threading.Thread(target=self._apply, args=(agent, order), daemon=True).start()
 
     @staticmethod
-    def _refusal(agent: SimAgent, manifest: Manifest, ledger: Ledger, allow_downgrade: bool) -> str | None:
-        if not manifest.target.accepts(agent.profile):
-            return f"package is for target {manifest.target.name!r}, this device is {agent.profile!r}"
-        if manifest.version < ledger.version(manifest.name) and not allow_downgrade:
-            return f"version {manifest.version} of {manifest.name} is older than the accepted {ledger.version(manifest.name)}"
-        return None
+    def _order(agent: SimAgent, link: _Link, raw: bytes, retained: bool) -> SetOrder | None:
+        """The verified set; an agent from before sets reads schema 1 only (it refuses a set) as the set of its model."""
+        if 2 in agent.schemas:
+            return link.intake.desired_set(raw, retained)
+        order = link.intake.desired(raw, retained)
+        if order is None:
+            return None
+        desired = order.desired.as_set()
+        assert desired is not None  # an order always carries a model
+        return SetOrder(desired, (Verified(desired.models[0], order.manifest, order.manifest_bytes),), ())
+
+    def _apply(self, agent: SimAgent, order: SetOrder) -> None:
+        try:
+            self._links[agent.device_id].runner.apply(order)
+        finally:
+            for name in agent.models:
+                agent.requests.setdefault(name, 0)
+            self._publish_state(agent)
 
     def _on_command(self, agent: SimAgent, raw: bytes) -> None:
-        ledger = self._ledgers[agent.device_id]
-        command = Command.from_payload(verify_signed(raw, self.controller_keys, COMMAND_TYPE))
-        check_addressed(command, agent.device_id, ledger.last_seq)
-        ledger.accept_seq(command.seq)
+        link = self._links[agent.device_id]
+        command = link.intake.command(Envelope.from_bytes(raw))
+        link.ledger.accept_seq(command.seq)
         if command.command == "rollback":
-            agent.active, agent.previous = agent.previous, None
-            agent.requests = 0
             deployment_id = str(command.args.get("deployment_id", "none"))
-            self._event(agent, deployment_id, "rollback", "rolled-back", "rolled back on command")
+            model = command.args.get("model")
+            name = agent.served.roll_back(deployment_id, model if isinstance(model, str) else None)
+            if name is not None:
+                agent.requests.pop(name, None)
+                self._event(agent, deployment_id, "rollback", "rolled-back", "rolled back on command", {}, name)
         self._publish_state(agent)
+
+
+def _shadow(agent: SimAgent, manifest: Manifest, wanted: float) -> tuple[dict[str, Any], str | None]:
+    """The simulated shadow run: reports the agreement the agent was given; too little refuses the cut-over."""
+    agreement = agent.agreement.get(f"{manifest.name}@{manifest.version}", agent.agreement.get("*", 1.0))
+    report = {"agreement": agreement, "samples": 16, "live": 0, "min_agreement": wanted, "first_difference": ""}
+    if agreement < wanted:
+        return report, f"shadow: the new model agrees with the serving one on {agreement:.1%} of 16 inputs, {wanted:.1%} needed"
+    return report, None
+
+
+def _served(agent: SimAgent) -> dict[str, ModelTelemetry]:
+    """The simulated serving figures: ten requests more each report per model, latency from the profile."""
+    figures = {}
+    for name, m in list(agent.models.items()):
+        agent.requests[name] = agent.requests.get(name, 0) + 10
+        p95 = agent.p95(name, m.version)
+        figures[name] = ModelTelemetry(str(m.version), m.backend or "", agent.requests[name], 0,
+                                       LatencyFigures(p50=round(0.8 * p95, 3), p95=p95), kind=m.kind,
+                                       footprint_mb=m.footprint_mb)
+    return figures
+
+
+def _restore(served: Served, saved: Path) -> None:
+    """What a light agent served before a restart (also the list of [active, previous] earlier versions kept)."""
+    if not saved.exists():
+        return
+    data = json.loads(saved.read_text())
+    if isinstance(data, list):
+        active, previous = (_kept(m) for m in data)
+        served.models = {} if active is None else {active.name: active}
+        served.previous = {} if active is None else {active.name: previous}
+        return
+    served.models = {m.name: m for m in (_kept(d) for d in data["models"]) if m is not None}
+    served.previous = {n: _kept(d) for n, d in data["previous"].items()}
+
+
+def _kept(data: Any) -> RunningModel | None:
+    return None if data is None else RunningModel.read(Fields(data, "sim.json"))

@@ -8,7 +8,7 @@ import numpy as np
 from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod
 from rich.progress import Progress, TaskID
 
-from agent.errors import UserError
+from edgecore.errors import UserError
 from quantize.samples import SampleSet
 
 __all__ = ["METHODS", "StreamingReader", "method_named", "stride_for"]

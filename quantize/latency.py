@@ -1,4 +1,13 @@
-"""Median latency of model variants on this host, onnxruntime and OpenVINO, measured in one interleaved run."""
+"""Median latency of model variants on this host, measured in one interleaved run with the runtime the target runs.
+
+An onnxruntime target is timed with onnxruntime's CPU provider (``ort_ms``), an OpenVINO target with
+OpenVINO's CPU plugin (``openvino_ms``); the other runtime's figure is left empty (timing it cost a
+large model half a minute of compilation for a figure no decision reads).
+
+OpenVINO compiles each variant as the agent serves it (``quantize.openvino_ir.compile_cpu``: the
+latency hint and f32 inference precision), so a CPU with bf16 does not time a cheaper precision
+than the device will run. An OpenVINO IR variant has no onnxruntime figure.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from quantize.openvino_ir import IrModel, compile_cpu
 from quantize.samples import cast_to_inputs
 
 __all__ = ["Latency", "measure_latency"]
@@ -20,7 +30,7 @@ Latency = dict[str, dict[str, float | None]]  # variant -> {"ort_ms": .., "openv
 Runner = Callable[[], object]
 
 
-def measure_latency(variants: dict[str, onnx.ModelProto], feeds: dict[str, np.ndarray],
+def measure_latency(variants: dict[str, onnx.ModelProto | IrModel], feeds: dict[str, np.ndarray], key: str,
                     rounds: int = 5, runs_per_round: int = 6) -> tuple[Latency, list[str]]:
     """Median milliseconds per inference for each variant and runtime, plus notes on what could not run.
 
@@ -29,16 +39,22 @@ def measure_latency(variants: dict[str, onnx.ModelProto], feeds: dict[str, np.nd
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="edgectl-lat-") as tmp:
         runners: dict[tuple[str, str], Runner] = {}
+        make: Callable[..., Runner] = _openvino_runner if key == "openvino_ms" else _ort_runner
         for name, model in variants.items():
-            path = Path(tmp) / f"{name}.onnx"
-            onnx.save(model, path)
-            typed = cast_to_inputs(model, feeds)
-            for key, make in (("ort_ms", _ort_runner), ("openvino_ms", _openvino_runner)):
-                try:
-                    runners[(name, key)] = _warmed(make(path, typed))
-                except Exception as exc:  # latency is optional for the result; say why one is missing
-                    runtime = "OpenVINO" if key == "openvino_ms" else "onnxruntime"
-                    notes.append(f"{runtime} latency of {name} not measured: {_reason(exc)}")
+            if isinstance(model, IrModel):
+                source: Path | IrModel = model
+                typed = feeds
+            else:
+                source = Path(tmp) / f"{name}.onnx"
+                onnx.save(model, source)
+                typed = cast_to_inputs(model, feeds)
+            try:
+                if isinstance(source, IrModel) and key != "openvino_ms":
+                    raise ValueError("an OpenVINO IR runs on OpenVINO only")
+                runners[(name, key)] = _warmed(make(source, typed))
+            except Exception as exc:  # latency is optional for the result; say why one is missing
+                runtime = "OpenVINO" if key == "openvino_ms" else "onnxruntime"
+                notes.append(f"{runtime} latency of {name} not measured: {_reason(exc)}")
         times = _interleaved(runners, rounds, runs_per_round)
     result: Latency = {name: {"ort_ms": None, "openvino_ms": None} for name in variants}
     for (name, runtime), samples in times.items():
@@ -78,12 +94,9 @@ def _ort_runner(path: Path, feeds: dict[str, np.ndarray]) -> Runner:
     return lambda: session.run(None, feeds)
 
 
-def _openvino_runner(path: Path, feeds: dict[str, np.ndarray]) -> Runner:
-    import openvino as ov  # imported here: slow to import and only needed for latency
-
-    core = ov.Core()
-    compiled = core.compile_model(core.read_model(str(path)), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+def _openvino_runner(source: Path | IrModel, feeds: dict[str, np.ndarray]) -> Runner:
+    compiled = compile_cpu(source)
     request = compiled.create_infer_request()
-    by_name = {port.get_any_name(): port for port in compiled.inputs}
+    by_name = {name: port for port in compiled.inputs for name in port.get_names()}
     inputs = {by_name[name]: value for name, value in feeds.items() if name in by_name}
     return lambda: request.infer(inputs)

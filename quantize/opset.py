@@ -7,7 +7,7 @@ from collections.abc import Callable
 import onnx
 from onnx import version_converter
 
-from agent.errors import ModelError
+from edgecore.errors import ModelError
 
 __all__ = ["PER_CHANNEL_OPSET", "QDQ_OPSET", "default_opset", "upgrade_opset"]
 
@@ -37,11 +37,36 @@ def upgrade_opset(model: onnx.ModelProto, minimum: int,
         return model, None
     try:
         converted = convert(model, minimum)
+        if current < _RESIZE_COORDINATES <= minimum:
+            _keep_upsample_coordinates(converted.graph)
         onnx.checker.check_model(converted)
         converted = onnx.shape_inference.infer_shapes(converted)
     except Exception as exc:  # onnx raises RuntimeError/ValidationError/ConvertError alike
         raise ModelError(f"cannot raise opset {current} -> {minimum}: {_why(model, exc)}") from exc
     return converted, f"opset raised {current} -> {minimum} with onnx.version_converter"
+
+
+_RESIZE_COORDINATES = 11  # Resize gained coordinate_transformation_mode, default half_pixel
+
+
+def _keep_upsample_coordinates(graph: onnx.GraphProto) -> None:
+    """Give every Resize the coordinates Upsample and Resize-10 had (asymmetric, nearest rounds down).
+
+    onnx's converter turns them into Resize-11+ without the attribute, so they default to half_pixel
+    and move every output pixel. Called only when the model predates opset 11: all its Resize nodes
+    come from there.
+    """
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                _keep_upsample_coordinates(sub)
+        if node.op_type != "Resize":
+            continue
+        have = {a.name for a in node.attribute}
+        if "coordinate_transformation_mode" not in have:
+            node.attribute.append(onnx.helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+        if "nearest_mode" not in have:
+            node.attribute.append(onnx.helper.make_attribute("nearest_mode", "floor"))
 
 
 def _why(model: onnx.ModelProto, exc: Exception) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -20,12 +21,12 @@ from onnxruntime.quantization import (
 from onnxruntime.quantization.shape_inference import quant_pre_process
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from agent.errors import ModelError
+from edgecore.errors import ModelError
 from quantize.calibration import stride_for
 from quantize.recipe import Family, Recipe
 
 __all__ = ["convert_fp16", "fp16_block_list", "lift_constants", "name_nodes", "prepare", "quantize_dynamic_weights",
-           "quantize_int8"]
+           "quantize_int8", "sort_topologically"]
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def quantize_int8(model: onnx.ModelProto, recipe: Recipe, reader: CalibrationDat
                 quantize_static(src, out, None if cache.is_file() else reader, extra_options=extra, **kwargs)
         except (ValueError, RuntimeError, KeyError, onnx.checker.ValidationError) as exc:
             raise ModelError(f"onnxruntime quantize_static failed: {_first_line(exc)}") from exc
-        return onnx.load(out)
+        return _sorted(onnx.load(out))
 
 
 def quantize_dynamic_weights(model: onnx.ModelProto, recipe: Recipe) -> onnx.ModelProto:
@@ -122,7 +123,7 @@ def quantize_dynamic_weights(model: onnx.ModelProto, recipe: Recipe) -> onnx.Mod
                              weight_type=QuantType.QInt8)
         except (ValueError, RuntimeError, KeyError) as exc:
             raise ModelError(f"onnxruntime quantize_dynamic failed: {_first_line(exc)}") from exc
-        return onnx.load(out)
+        return _sorted(onnx.load(out))
 
 
 def convert_fp16(model: onnx.ModelProto, recipe: Recipe, exclude: Iterable[str] = ()) -> onnx.ModelProto:
@@ -135,7 +136,48 @@ def convert_fp16(model: onnx.ModelProto, recipe: Recipe, exclude: Iterable[str] 
     except (ValueError, RuntimeError) as exc:
         raise ModelError(f"float16 conversion failed: {_first_line(exc)}") from exc
     assert isinstance(converted, onnx.ModelProto)
+    sort_topologically(converted.graph)  # the converter appends its input Casts after their readers
     return converted
+
+
+def _sorted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` in the node order onnx's checker wants: onnxruntime's own sort ignores what If/Loop bodies read."""
+    sort_topologically(model.graph)
+    return model
+
+
+def sort_topologically(graph: onnx.GraphProto) -> None:
+    """Reorder `graph`'s nodes (and every subgraph's) so each node comes after the producers of what it reads.
+
+    Stable: nodes already in order keep it. A node inside a branch may read an outer tensor, so a
+    control-flow node waits for what its bodies read from outside too. A cycle leaves the rest as it was.
+    """
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            sort_topologically(sub)
+    producers = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    waiting = [0] * len(graph.node)
+    readers: list[list[int]] = [[] for _ in graph.node]
+    for i, node in enumerate(graph.node):
+        reads = [*node.input, *(t for g in _subgraphs(node) for t in _outer_names(g))]
+        for p in {producers[t] for t in reads if t in producers and producers[t] != i}:
+            waiting[i] += 1
+            readers[p].append(i)
+    ready = [i for i, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)  # the lowest original index first: nodes already in order keep it
+    placed: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        placed.append(i)
+        for r in readers[i]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, r)
+    if len(placed) < len(graph.node):  # a cycle: not ours to repair; the checker will name it
+        placed += [i for i in range(len(graph.node)) if waiting[i] > 0]
+    nodes = [graph.node[i] for i in placed]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def fp16_block_list(graph: onnx.GraphProto, keep: set[str]) -> set[str]:

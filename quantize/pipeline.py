@@ -10,28 +10,28 @@ from typing import Any
 import onnx
 from rich.console import Console
 
-from agent.errors import InternalError, ModelError, OperationFailed, UserError
-from agent.modelcheck import load_model_checked
+from edgecore.errors import ModelError, OperationFailed, UserError
+from quantize.budget import Accuracy, Budget
 from quantize.calibration import method_named
-from quantize.evaluate import load_labels, run_outputs
+from quantize.choice import choose
+from quantize.evaluate import run_outputs
 from quantize.latency import measure_latency
-from quantize.metrics import choose_metrics, parse_metric_option
-from quantize.opset import PER_CHANNEL_OPSET, QDQ_OPSET, Converter, default_opset, upgrade_opset
-from quantize.passes import lift_constants, name_nodes, prepare
+from quantize.metrics import parse_metric_option
+from quantize.openvino_ir import IrModel, compile_cpu, run_openvino
+from quantize.opset import Converter
 from quantize.plan import Plan, plan_recipes
-from quantize.recipe import CpuFeatures, Mode, Recipe
+from quantize.recipe import CpuFeatures, Family, Mode, Recipe
+from quantize.reference import EvalSet, eval_samples, prepare_for_int8, reference_set
 from quantize.report import QuantizeReport
-from quantize.rules import format_violations, is_quantized, weight_tensors
+from quantize.rules import weight_tensors
 from quantize.samples import InputSpec, SampleSet, input_specs
 from quantize.sensitivity import tensor_errors
-from quantize.shapes import dynamic_inputs, fix_input_shapes, parse_static_shapes, unloadable_with_branches
-from quantize.target_check import TargetCheck, check_target
-from quantize.variants import EvalSet, Variant, VariantBuilder
+from quantize.shapes import parse_static_shapes
+from quantize.source import UserModel, load_user_model, static_base
+from quantize.target_check import check_target
+from quantize.variants import Variant, VariantBuilder
 
-__all__ = ["QuantizeOutcome", "QuantizeRequest", "attempt_quantize", "run_quantize"]
-
-_MARGIN = 1.03  # auto keeps the float input unless a variant is at least 3% faster
-_EVAL_FROM_CALIB = 64  # samples taken from the calibration set when no --eval is given
+__all__ = ["QuantizeOutcome", "QuantizeRequest", "attempt_quantize", "run_quantize", "verify_model"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,8 @@ class QuantizeRequest:
     preprocess: Path | None = None
     method: str = "minmax"
     eval_dir: Path | None = None
-    max_drop: float = 1.0
+    max_drop: float = 1.0  # points, for agreement metrics (quantize.budget)
+    min_db: float = 30.0  # dB, for SQNR/PSNR metrics
     fp16_io: bool = False
     max_eval: int = 256
     cpuinfo: Path = Path("/proc/cpuinfo")
@@ -89,44 +90,95 @@ def attempt_quantize(request: QuantizeRequest, console: Console | None = None) -
     import targets  # host-only package, imported here so `quantize` stays importable on its own
 
     console = console if console is not None else Console(quiet=True)
-    asked_metrics = parse_metric_option(request.metric)
-    asked_shapes = parse_static_shapes(request.static_shape)
     notes: list[str] = []
     profile = _load_profile(request.target, notes)
-    model = _load_float(request.model, notes)
+    user = load_user_model(request.model, notes)
     cpu = CpuFeatures.from_cpuinfo(request.cpuinfo)
+    plan = _plan(request, profile, cpu, user, notes)
+    base, calib, evalset = _evaluation(request, user, _needs_calib(plan), console, notes)
+    recipes, prepared, rewrite = plan.recipes, base, None
+    if any(r.precision in ("int8", "dynamic") for r in recipes):
+        prepared, recipes, rewrite = prepare_for_int8(base, recipes, evalset, notes, request.convert_opset)
+    with tempfile.TemporaryDirectory(prefix="edgectl-quantize-") as tmp:
+        builder = VariantBuilder(base, prepared, calib, method_named(request.method), evalset, Path(tmp), console)
+        variants = _build(builder, recipes, request.mode, notes)
+        before = {id(m): targets.analyse(m, profile) for m in {id(base): base, id(prepared): prepared}.values()}
+        checks = {v.name: check_target(builder.source(v.recipe), v, profile, builder,
+                                       before[id(builder.source(v.recipe))]) for v in variants}
+    _per_node_errors(request, variants, prepared, evalset)
+    if plan.family is Family.OPENVINO:
+        _openvino_loads(base, profile.name, notes)
+    latency_key = "openvino_ms" if plan.family is Family.OPENVINO else "ort_ms"
+    latency, lat_notes = _latency(request, variants, evalset, latency_key)
+    choice = choose(variants, plan.pick_fastest, request.mode is Mode.AUTO, latency, latency_key, checks,
+                    plan.family, profile.name, request.output, notes)
+    report = QuantizeReport.build(request, profile.name, cpu, variants, choice.variant, checks, latency,
+                                  notes + lat_notes, evalset, rewrite, _size(user.original), evalset.budget)
+    if choice.failure is not None:
+        return QuantizeOutcome(report, choice.failure)
+    return QuantizeOutcome(report.with_model(choice.variant.model, choice.variant.ir))
+
+
+def verify_model(request: QuantizeRequest, candidate: onnx.ModelProto | IrModel) -> Accuracy:
+    """`candidate` judged as the pipeline judges a variant: against the request's model on its evaluation samples.
+
+    For a file made elsewhere (or altered after the run): the same reference, metrics and budget.
+    """
+    user = load_user_model(request.model, [])
+    plan = _plan(request, _load_profile(request.target, []), CpuFeatures.from_cpuinfo(request.cpuinfo), user, [])
+    _, _, evalset = _evaluation(request, user, _needs_calib(plan), Console(quiet=True), [])
+    names = [m.output for m in evalset.metrics]
+    outputs = run_openvino(candidate, names, evalset.samples) if isinstance(candidate, IrModel) else \
+        run_outputs(candidate, evalset.samples)
+    return evalset.score(outputs)
+
+
+def _plan(request: QuantizeRequest, profile: Any, cpu: CpuFeatures, user: UserModel, notes: list[str]) -> Plan:
     plan = plan_recipes(request.mode, profile, cpu, keep_io_types=not request.fp16_io, notes=notes,
                         registry=request.registry)
-    plan = _int8_reachable(request.model, model, plan, notes)
-    recipes = plan.recipes
-    needs_calib = any(r.precision == "int8" for r in recipes)
-    model = _static(request, model, asked_shapes, needs_calib, notes)
-    float_model, recipes = _prepared(model, recipes, notes, request.convert_opset) if needs_calib else (model, recipes)
-    specs = input_specs(float_model)
+    return _already_quantized(user, request.mode, _int8_reachable(request.model, user.base, plan, notes), notes)
+
+
+def _needs_calib(plan: Plan) -> bool:
+    return any(r.precision == "int8" for r in plan.recipes)
+
+
+def _evaluation(request: QuantizeRequest, user: UserModel, needs_calib: bool, console: Console,
+                notes: list[str]) -> tuple[onnx.ModelProto, SampleSet | None, EvalSet]:
+    """The base model at static shapes, the calibration set (when INT8 needs one) and the user's model's reference."""
+    sample_dir = request.calib_dir if needs_calib and request.calib_dir else request.eval_dir or request.calib_dir
+    base = static_base(user.base, parse_static_shapes(request.static_shape), sample_dir, request.preprocess, notes)
+    specs = input_specs(base)
     calib = _calibration(request, specs, console, notes) if needs_calib else None
-    evalset = _evalset(request, float_model, specs, calib, notes, asked_metrics)
-    with tempfile.TemporaryDirectory(prefix="edgectl-quantize-") as tmp:
-        builder = VariantBuilder(float_model, calib, method_named(request.method), evalset,
-                                 request.max_drop, Path(tmp), console)
-        variants = [builder.build(r) for r in recipes]
-        before = targets.analyse(float_model, profile)
-        checks = {v.name: check_target(float_model, v, profile, builder, before) for v in variants}
-    if request.per_node_errors:
-        for v in variants:
-            if v.recipe.precision == "int8" and not v.errors:
-                v.errors = tensor_errors(float_model, v.model, evalset.samples.head(8))
-    _check_formats(variants, notes)
-    latency, lat_notes = _latency(request, variants, evalset)
-    chosen = _choose(plan.pick_fastest, request.max_drop, variants, latency, checks, notes)
-    report = QuantizeReport.build(request, profile.name, cpu, variants, chosen, checks, latency,
-                                  notes + lat_notes, evalset.source, _size(model))
-    failure = _worse_target(chosen, checks[chosen.name], profile.name, request.output)
-    if failure is None and chosen.accuracy.drop > request.max_drop:
-        failure = OperationFailed(
-            f"accuracy budget not met: best {chosen.accuracy.metric} drop {chosen.accuracy.drop:.2f} points "
-            f"> --max-drop {request.max_drop} (kept {len(chosen.kept_float)} nodes float); nothing written to "
-            f"{request.output}")
-    return QuantizeOutcome(report, failure) if failure else QuantizeOutcome(report.with_model(chosen.model))
+    samples, labels, source = eval_samples(request.eval_dir, request.calib_dir, calib, specs, request.preprocess,
+                                           request.max_eval, notes)
+    evalset = reference_set(user.original, samples, labels, source, parse_metric_option(request.metric),
+                            Budget(request.max_drop, request.min_db), notes)
+    return base, calib, evalset
+
+
+def _build(builder: VariantBuilder, recipes: list[Recipe], mode: Mode, notes: list[str]) -> list[Variant]:
+    """Every variant of the plan; under auto one that cannot be built is a note (the float model always is)."""
+    variants = [builder.build(recipes[0])]
+    for recipe in recipes[1:]:
+        try:
+            variants.append(builder.build(recipe))
+        except ModelError as exc:  # the tool that builds it refused (quantize_static, OpenVINO's converter, NNCF)
+            if mode is not Mode.AUTO:
+                raise
+            notes.append(f"{recipe.name} not built: {exc}")
+    return variants
+
+
+def _openvino_loads(base: onnx.ModelProto, target: str, notes: list[str]) -> None:
+    """Say so when OpenVINO cannot load your model itself: no variant of it can load there either."""
+    with tempfile.TemporaryDirectory(prefix="edgectl-ov-") as tmp:
+        onnx.save(base, Path(tmp) / "model.onnx")
+        try:
+            compile_cpu(Path(tmp) / "model.onnx")
+        except ModelError as exc:
+            notes.append(f"WARNING: {exc} (your model): on {target} the parts OpenVINO cannot take run on onnxruntime's "
+                         "CPU provider; `edgectl inspect` shows which")
 
 
 def _load_profile(name: str, notes: list[str]) -> Any:
@@ -139,30 +191,16 @@ def _load_profile(name: str, notes: list[str]) -> Any:
     return targets.load_profile(name)
 
 
-def _worse_target(chosen: Variant, check: TargetCheck, target: str, output: Path) -> OperationFailed | None:
-    """Exit 5 rather than write a model that runs worse on the target than its float input."""
-    if check.fixed:
-        return None
-    before, after = check.before, check.after
-    return OperationFailed(
-        f"target check failed: {chosen.name} runs worse on {target} than the float model "
-        f"({before['accelerator_partitions']} -> {after['accelerator_partitions']} accelerator partitions, "
-        f"verdict {before['verdict']} -> {after['verdict']}, {len(check.added_fallbacks)} nodes added to CPU"
-        f"{'; ' + after['reason'] if after.get('verdict') == 'unknown' else ''}) "
-        f"even with {len(check.kept_float)} nodes kept float; nothing written to {output}")
-
-
-def _load_float(path: Path, notes: list[str]) -> onnx.ModelProto:
-    model = load_model_checked(path)
-    already = is_quantized(model)
-    if already:
-        raise ModelError(f"{path}: model is already quantized (has {', '.join(already)}); quantize the float model")
-    lifted = lift_constants(model)
-    if lifted:
-        notes.append(f"{lifted} Constant nodes moved to initializers (weights exported as Constant nodes)")
-    if not any(t.data_type == onnx.TensorProto.FLOAT for _, t in weight_tensors(model.graph)):
-        raise ModelError(f"{path}: no float32 weights to quantize (neither initializers nor Constant nodes)")
-    return name_nodes(model)
+def _already_quantized(user: UserModel, mode: Mode, plan: Plan, notes: list[str]) -> Plan:
+    """A model its author already quantized: kept as it is under auto, refused for any other mode."""
+    if not user.quantized_ops:
+        return plan
+    ops = ", ".join(user.quantized_ops)
+    if mode is not Mode.AUTO:
+        raise ModelError(f"{user.path}: model is already quantized (has {ops}); quantize the float model, or use "
+                         "--mode auto to keep it as it is")
+    notes.append(f"already quantized by its author (has {ops}): kept as it is, checked against itself")
+    return replace(plan, recipes=plan.recipes[:1], pick_fastest=False)
 
 
 def _int8_reachable(path: Path, model: onnx.ModelProto, plan: Plan, notes: list[str]) -> Plan:
@@ -173,6 +211,8 @@ def _int8_reachable(path: Path, model: onnx.ModelProto, plan: Plan, notes: list[
     """
     if not any(r.precision == "int8" for r in plan.recipes):
         return plan
+    if not any(t.data_type == onnx.TensorProto.FLOAT for _, t in weight_tensors(model.graph)):
+        return plan  # an already-quantized model: decided by _already_quantized
     if any(t.data_type == onnx.TensorProto.FLOAT for depth, t in weight_tensors(model.graph) if depth == 0):
         return plan
     why = ("every float32 weight is inside control-flow subgraphs (If/Loop/Scan branches), which "
@@ -182,67 +222,6 @@ def _int8_reachable(path: Path, model: onnx.ModelProto, plan: Plan, notes: list[
         notes.append(f"INT8 not built: {why}")
         return replace(plan, recipes=kept)
     raise ModelError(f"{path}: cannot quantize to INT8: {why}; use --mode fp16, or a target whose format is fp16")
-
-
-def _static(request: QuantizeRequest, model: onnx.ModelProto, asked: dict[str, list[int]], needs_calib: bool,
-            notes: list[str]) -> onnx.ModelProto:
-    """The model with static input shapes: --static-shape, else the first --calib sample, else batch 1."""
-    if asked:
-        model, note = fix_input_shapes(model, asked, "--static-shape")
-        notes.append(note)
-    dynamic = dynamic_inputs(model)
-    if not dynamic:
-        return model
-    sample_dir = request.calib_dir if needs_calib and request.calib_dir else request.eval_dir or request.calib_dir
-    if sample_dir is not None:
-        first = SampleSet.from_dir(sample_dir, input_specs(model), request.preprocess).first_shapes()
-        fixed, note = fix_input_shapes(model, {s.name: first[s.name] for s in dynamic if s.name in first},
-                                       f"from the first sample in {sample_dir}")
-        refused = unloadable_with_branches(fixed)
-        if refused is not None:  # silero-vad v5: its untaken branch cannot take the sample's fixed shape
-            notes.append(f"inputs kept dynamic: with the shapes of the first sample in {sample_dir}, "
-                         f"onnxruntime cannot load the model ({refused})")
-            return model
-        model = fixed
-        notes.append(note)
-        dynamic = dynamic_inputs(model)
-    if all(d is not None for s in dynamic for d in s.shape[1:]):  # only the batch is dynamic: use 1
-        if dynamic:
-            model, note = fix_input_shapes(model, {s.name: [1, *s.shape[1:]] for s in dynamic},  # type: ignore[list-item]
-                                           "dynamic batch set to 1")
-            notes.append(note)
-        return model
-    spec = next(s for s in dynamic if any(d is None for d in s.shape[1:]))
-    letters = iter("HWDEFG")
-    hint = "x".join("1" if i == 0 and d is None else next(letters, "N") if d is None else str(d)
-                    for i, d in enumerate(spec.shape))
-    raise UserError(f"input '{spec.name}' has dynamic dims {spec.describe()}: give --static-shape {spec.name}={hint} "
-                    "with numbers, or --calib DIR with samples of the shape to use")
-
-
-def _prepared(model: onnx.ModelProto, recipes: list[Recipe], notes: list[str],
-              convert: Converter | None) -> tuple[onnx.ModelProto, list[Recipe]]:
-    """Opset raised for per-channel QDQ, or kept (per-tensor QDQ) when one op cannot convert; then ORT pre-processing."""
-    try:
-        model, note = upgrade_opset(model, PER_CHANNEL_OPSET, *([convert] if convert else []))
-    except ModelError as exc:
-        current = default_opset(model)
-        if current >= QDQ_OPSET:
-            note = f"{exc}; kept opset {current}: per-channel weights off, per-tensor QDQ"
-        else:
-            model, raised = upgrade_opset(model, QDQ_OPSET, *([convert] if convert else []))  # ModelError if impossible
-            note = f"{exc}; {raised}: per-channel weights off, per-tensor QDQ"
-        recipes = [_per_tensor(r) for r in recipes]
-    if note:
-        notes.append(note)
-    model, prep_note = prepare(model)
-    if prep_note:
-        notes.append(prep_note)
-    return model, recipes
-
-
-def _per_tensor(recipe: Recipe) -> Recipe:
-    return replace(recipe, per_channel=False) if recipe.precision == "int8" else recipe
 
 
 def _calibration(request: QuantizeRequest, specs: list[InputSpec], console: Console, notes: list[str]) -> SampleSet:
@@ -257,87 +236,27 @@ def _calibration(request: QuantizeRequest, specs: list[InputSpec], console: Cons
     raise UserError("int8 needs calibration data: give --calib DIR (or --calib-synthetic N to accept unknown accuracy)")
 
 
-def _evalset(request: QuantizeRequest, model: onnx.ModelProto, specs: list[InputSpec], calib: SampleSet | None,
-             notes: list[str], asked: dict[str, str]) -> EvalSet:
-    labels = None
-    if request.eval_dir is not None:
-        samples = SampleSet.from_dir(request.eval_dir, specs, request.preprocess, limit=request.max_eval)
-        labels = load_labels(request.eval_dir, len(SampleSet.from_dir(request.eval_dir, specs, request.preprocess)))
-        labels = None if labels is None else labels[: len(samples)]
-        source = f"{request.eval_dir} ({len(samples)} samples{', labels' if labels is not None else ''})"
-    elif calib is not None or request.calib_dir is not None:
-        # An fp16-only plan loads no calibration set, but the --calib samples are still the data to score on
-        # (random ones can drive a Loop's count or an If's branch where real inputs never go).
-        samples = (calib if calib is not None else _samples(request.calib_dir, specs, request.preprocess)).head(
-            _EVAL_FROM_CALIB)
-        notes.append("no --eval: accuracy measured against the float model on calibration samples (optimistic)")
-        source = f"calibration samples ({len(samples)})"
-    else:
-        samples = SampleSet.synthetic_set(specs, 16)
-        notes.append("no --eval or --calib: accuracy measured against the float model on 16 random samples")
-        source = f"synthetic samples ({len(samples)})"
-    reference = run_outputs(model, samples)
-    metrics = choose_metrics([o.name for o in model.graph.output], reference[0], asked)
-    notes.append("metric per output: " + "; ".join(f"{m.output}: {m.title} ({m.why})" for m in metrics))
-    return EvalSet(samples, labels, reference, source, metrics)
+def _per_node_errors(request: QuantizeRequest, variants: list[Variant], prepared: onnx.ModelProto,
+                     evalset: EvalSet) -> None:
+    """The per-tensor error plot's data (--report), even when the budget held and the loop did not run."""
+    if request.per_node_errors:
+        for v in variants:
+            if v.recipe.precision == "int8" and v.ir is None and not v.errors:
+                try:
+                    v.errors = tensor_errors(prepared, v.model, evalset.samples.head(8))
+                except ModelError as exc:  # the plot's data, not the result
+                    v.history.append({"stopped": f"per-tensor errors not measured: {exc}"})
 
 
-def _samples(folder: Path | None, specs: list[InputSpec], preprocess: Path | None) -> SampleSet:
-    assert folder is not None
-    return SampleSet.from_dir(folder, specs, preprocess, limit=_EVAL_FROM_CALIB)
-
-
-def _check_formats(variants: list[Variant], notes: list[str]) -> None:
-    for variant in variants:
-        problems = format_violations(variant.model, variant.recipe, variant.kept_float)
-        if problems and variant.kept_float and _all_float(variant):
-            notes.append(f"{variant.name}: every quantizable node had to stay float; it is the float model")
-            continue
-        if problems:
-            raise InternalError(f"{variant.name} breaks the {variant.recipe.family.value} format: {problems[0]}")
-
-
-def _all_float(variant: Variant) -> bool:
-    """True when nothing of the variant is in its reduced precision (no QDQ node, or no float16 weight)."""
-    if variant.recipe.precision == "fp16":
-        return not any(t.data_type == onnx.TensorProto.FLOAT16 for _, t in weight_tensors(variant.model.graph))
-    return not is_quantized(variant.model)
-
-
-def _latency(request: QuantizeRequest, variants: list[Variant], evalset: EvalSet) -> tuple[dict[str, Any], list[str]]:
+def _latency(request: QuantizeRequest, variants: list[Variant], evalset: EvalSet,
+             key: str) -> tuple[dict[str, Any], list[str]]:
     if not request.measure:
         return {}, ["latency not measured (--no-measure)"]
     feeds = next(iter(evalset.samples))
     try:
-        return measure_latency({v.name: v.model for v in variants}, feeds)
+        return measure_latency({v.name: v.ir if v.ir is not None else v.model for v in variants}, feeds, key)
     except Exception as exc:  # an optional measurement: its failure is a note, never the run's failure
         return {}, [f"latency not measured: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"]
-
-
-def _choose(pick_fastest: bool, max_drop: float, variants: list[Variant], latency: dict[str, Any],
-            checks: dict[str, TargetCheck], notes: list[str]) -> Variant:
-    """The fastest variant within budget and target check (the float input always is), else the one asked for."""
-    if pick_fastest:
-        within = [v for v in variants if v.accuracy.drop <= max_drop and checks[v.name].fixed] or variants[:1]
-        # A variant must beat the float input by a margin, not by measurement noise.
-        chosen = min(within, key=lambda v: _ms(latency, v.name) * (1.0 if v.name == "float" else _MARGIN))
-        for v in variants:
-            if v.accuracy.drop > max_drop:
-                notes.append(f"{v.name} rejected: {v.accuracy.metric} drop {v.accuracy.drop:.2f} > {max_drop}")
-            elif not checks[v.name].fixed:
-                notes.append(f"{v.name} rejected: it runs worse on the target than the float model")
-    else:
-        chosen = variants[-1]
-    base, mine = _ms(latency, "float"), _ms(latency, chosen.name)
-    if chosen.name != "float" and base and mine and mine > base:
-        notes.append(f"{chosen.name} is SLOWER than the float input on this host "
-                     f"({mine:.3f} ms vs {base:.3f} ms with onnxruntime); the target may differ")
-    return chosen
-
-
-def _ms(latency: dict[str, Any], name: str) -> float:
-    value = latency.get(name, {}).get("ort_ms")
-    return float(value) if value is not None else float("inf")
 
 
 def _size(model: onnx.ModelProto) -> int:

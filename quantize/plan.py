@@ -6,8 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.errors import UserError
-from quantize.recipe import CpuFeatures, Family, Mode, Recipe, family_of, recipe_for, where_it_pays
+from edgecore.errors import UserError
+from quantize.nncf_ptq import available as nncf_available
+from quantize.recipe import CpuFeatures, Family, Mode, Recipe, family_of, nncf_recipe, recipe_for, where_it_pays
 
 __all__ = ["Plan", "coreml_format", "plan_recipes"]
 
@@ -38,6 +39,8 @@ def plan_recipes(mode: Mode, profile: Any, cpu: CpuFeatures, keep_io_types: bool
     providers = [ep.name for ep in profile.execution_providers]
     family = family_of(providers, registry) if registry is not None else family_of(providers)
     policy = profile.precision
+    if family is Family.OPENVINO:
+        notes += _runtime_notes(profile)
 
     def make(precision: str) -> Recipe:
         return recipe_for(precision, family, cpu, policy.format, policy.weights, keep_io_types)
@@ -58,6 +61,15 @@ def plan_recipes(mode: Mode, profile: Any, cpu: CpuFeatures, keep_io_types: bool
         notes.append(f"auto on a CPU target: measuring float, INT8 on all ops and INT8 on "
                      f"{', '.join(where_it_pays(int8).op_types or ())}; the fastest within the budget wins")
         return Plan([baseline, int8, where_it_pays(int8)], True, family)
+    if family is Family.OPENVINO and precision == "fp32":
+        recipes = [baseline, make("int8")]
+        if nncf_available():
+            recipes.append(nncf_recipe(family))
+        else:
+            notes.append("NNCF not installed (pip install nncf): its INT8 is not measured beside the QDQ model")
+        notes.append(f"auto on an OpenVINO CPU/GPU target: measuring {', '.join(r.name for r in recipes)} with "
+                     "OpenVINO at the precision the agent serves; the fastest within the budget wins")
+        return Plan(recipes, True, family)
     notes.append(f"auto: target {profile.name} precision policy is {policy.format}")
     return Plan([baseline, make(precision)] if precision != "fp32" else [baseline], False, family)
 
@@ -83,6 +95,16 @@ def _coreml(mode: Mode, profile: Any, make: Callable[[str], Recipe], notes: list
     if mode.value != best:
         notes.append(f"target {profile.name}: {mode.value} built as asked, although {best} runs fastest there")
     return Plan([baseline, make(mode.value)], False, Family.COREML)
+
+
+def _runtime_notes(profile: Any) -> list[str]:
+    """What the device must run for an OpenVINO target: the runtime versions (and how to install them)."""
+    notes = []
+    for ep in profile.accelerator_providers:
+        device = ep.op_support.device or ep.name
+        install = getattr(ep, "install", "")
+        notes.append(f"{device} needs the OpenVINO runtime {ep.versions} on the device" + (f": {install}" if install else ""))
+    return notes
 
 
 def coreml_format(profile: Any) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 import yaml
 from PIL import Image
 
-from agent.errors import ConfigError, UserError
+from edgecore.errors import ConfigError, UserError
 
 __all__ = ["ImagePreprocess", "load_preprocess"]
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from onnxruntime.quantization import QuantType
 
-from agent.backends.registry import BackendRegistry, default_registry
-from agent.errors import UserError
+from edgecore.backends.registry import BackendRegistry, default_registry
+from edgecore.errors import UserError
 
-__all__ = ["COMPUTE_OPS", "CpuFeatures", "Family", "Mode", "Recipe", "family_of", "recipe_for", "where_it_pays"]
+__all__ = ["COMPUTE_OPS", "CpuFeatures", "Family", "Mode", "Recipe", "family_of", "nncf_recipe", "recipe_for",
+           "where_it_pays"]
 
 # Ops where INT8 pays on CPUs: compute-bound kernels with fused QLinear implementations.
 COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
@@ -92,6 +93,7 @@ class Recipe:
     quantize_bias: bool = True
     op_types: tuple[str, ...] | None = None
     keep_io_types: bool = True
+    container: str = "onnx"  # or "openvino-ir": an OpenVINO IR (OUT.xml + OUT.bin) instead of an ONNX file
     reasons: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, object]:
@@ -106,6 +108,7 @@ class Recipe:
             "per_channel": self.per_channel,
             "reduce_range": self.reduce_range,
             "op_types": list(self.op_types) if self.op_types else "all",
+            "container": self.container,
             "reasons": list(self.reasons),
         }
 
@@ -142,6 +145,10 @@ def recipe_for(precision: str, family: Family, cpu: CpuFeatures, policy_format: 
     """
     if precision == "fp32":
         return Recipe("float", "fp32", family, reasons=("input model unchanged",))
+    if precision == "fp16" and family is Family.OPENVINO:
+        return Recipe("fp16", "fp16", family, container="openvino-ir", reasons=(
+            "OpenVINO IR with FP16-compressed weights (ov.save_model compress_to_fp16): the device computes in "
+            "FP16 on the user's graph, with no Cast pairs",))
     if precision == "fp16":
         return Recipe("fp16", "fp16", family, keep_io_types=keep_io_types,
                       reasons=("onnxruntime.transformers.float16, fp32 I/O kept" if keep_io_types
@@ -188,3 +195,10 @@ def where_it_pays(recipe: Recipe) -> Recipe:
     """The same recipe restricted to the compute-bound ops."""
     return replace(recipe, name="int8-compute", op_types=COMPUTE_OPS,
                    reasons=(*recipe.reasons, "only " + ", ".join(COMPUTE_OPS) + " quantized"))
+
+
+def nncf_recipe(family: Family) -> Recipe:
+    """INT8 by NNCF post-training quantization, as an OpenVINO IR (quantize.nncf_ptq)."""
+    return Recipe("int8-nncf", "int8", family, QuantType.QInt8, QuantType.QInt8, symmetric_activations=True,
+                  container="openvino-ir", reasons=("NNCF post-training quantization (performance preset): "
+                                                    "FakeQuantize layers OpenVINO runs in INT8",))

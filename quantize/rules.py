@@ -17,6 +17,10 @@ INTEGER_OPS = {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "QLinear
                "QLinearAdd", "QLinearMul", "QGemm", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
 QUANT_OPS = INTEGER_OPS | {"QuantizeLinear", "DequantizeLinear"}
 _WEIGHT_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+# Inputs onnxruntime's QDQ quantizer quantizes with the *weight* type when they are initializers
+# (operators/conv.py, gemm.py, matmul.py, norm.py); every other initializer gets the activation type.
+_WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (1,), "MatMul": (0, 1),
+                  "InstanceNormalization": (1,), "LayerNormalization": (1,), "BatchNormalization": (1,)}
 
 
 def is_quantized(model: onnx.ModelProto) -> list[str]:
@@ -65,7 +69,7 @@ def _int8_violations(model: onnx.ModelProto, recipe: Recipe) -> list[str]:
         found.append(f"{op}: QOperator/integer op in a QDQ model")
     if recipe.per_channel and default_opset(model) < PER_CHANNEL_OPSET and _has_axis(model):
         found.append(f"per-channel DequantizeLinear at opset {default_opset(model)} < {PER_CHANNEL_OPSET}")
-    weights = {n.input[1] for n in model.graph.node if n.op_type in _WEIGHT_OPS and len(n.input) > 1}
+    weights = {n.input[i] for n in model.graph.node for i in _WEIGHT_INPUTS.get(n.op_type, ()) if i < len(n.input)}
     for node in model.graph.node:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             is_weight = node.op_type == "DequantizeLinear" and node.input[0] in inits and node.output[0] in weights
@@ -75,8 +79,8 @@ def _int8_violations(model: onnx.ModelProto, recipe: Recipe) -> list[str]:
 
 def _zero_point_violations(node: onnx.NodeProto, inits: dict[str, TensorProto], recipe: Recipe,
                            is_weight: bool) -> list[str]:
-    """Weights (inputs 1 of Conv/MatMul/Gemm) follow the weight type; other constants and activations
-    the activation type; int32 constants are biases."""
+    """Weights (as onnxruntime's quantizer defines them, see _WEIGHT_INPUTS) follow the weight type; other
+    constants and activations the activation type; int32 constants are biases."""
     zp_name = node.input[2] if len(node.input) > 2 else ""
     zp = numpy_helper.to_array(inits[zp_name]) if zp_name in inits else np.zeros((), np.uint8)
     if zp.dtype == np.int32:

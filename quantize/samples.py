@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from agent.errors import UserError
-from agent.feeds import graph_inputs
+from edgecore.errors import UserError
+from edgecore.feeds import graph_inputs
 from quantize.preprocess import ImagePreprocess, load_preprocess
 
 __all__ = ["InputSpec", "SampleSet", "cast_to_inputs", "input_specs"]

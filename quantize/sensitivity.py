@@ -16,6 +16,7 @@ from onnxruntime.quantization.qdq_loss_debug import (
     modify_model_output_intermediate_tensors,
 )
 
+from edgecore.errors import ModelError
 from quantize.samples import SampleSet
 
 __all__ = ["TensorError", "tensor_errors", "worst_channel_sqnr"]
@@ -61,13 +62,17 @@ def tensor_errors(float_model: onnx.ModelProto, qdq_model: onnx.ModelProto, samp
     """
     energies: dict[str, _Energy] = {}
     with tempfile.TemporaryDirectory(prefix="edgectl-sens-") as tmp:
-        float_run = _augmented_session(float_model, Path(tmp) / "float")
-        qdq_run = _augmented_session(qdq_model, Path(tmp) / "qdq")
-        for feeds in samples:
-            matching = create_activation_matching(qdq_run(feeds), float_run(feeds))
-            for name, match in matching.items():
-                _accumulate(energies.setdefault(name, _Energy()), match)
-            del matching
+        try:
+            float_run = _augmented_session(float_model, Path(tmp) / "float")
+            qdq_run = _augmented_session(qdq_model, Path(tmp) / "qdq")
+            for feeds in samples:
+                matching = create_activation_matching(qdq_run(feeds), float_run(feeds))
+                for name, match in matching.items():
+                    _accumulate(energies.setdefault(name, _Energy()), match)
+                del matching
+        except Exception as exc:  # onnxruntime's Fail/InvalidArgument types: the saved activations do not load or run
+            raise ModelError(f"onnxruntime cannot run the models with their activations saved: "
+                             f"{(str(exc).splitlines() or [type(exc).__name__])[0][:200]}") from exc
     order = _graph_order(float_model)
     result = [
         TensorError(name, _db(_sqnr(e.pre, e.qdq_noise)), _db(_sqnr(e.float_, e.xmodel_noise) if e.has_float

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import onnx
 
-from agent.errors import UserError
+from edgecore.errors import UserError
 from quantize.samples import InputSpec, input_specs
 
 __all__ = ["dynamic_inputs", "fix_input_shapes", "parse_static_shapes", "unloadable_with_branches"]

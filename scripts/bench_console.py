@@ -30,6 +30,15 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from benchdoc import machine, write_section  # noqa: E402
 from console_render import missing, render_lines, render_times  # noqa: E402
 
+from edgecore.protocol.reports import (  # noqa: E402
+    Birth,
+    DeviceMetrics,
+    DeviceState,
+    LatencyFigures,
+    ModelTelemetry,
+    RunningModel,
+    Telemetry,
+)
 from edgectl.api.accounts import Accounts  # noqa: E402
 from edgectl.controller.accounts import Role  # noqa: E402
 from edgectl.controller.store import SqliteStore  # noqa: E402
@@ -46,20 +55,14 @@ def fill(store: SqliteStore, count: int) -> None:
     now = time.time()
     with store.batch():
         for i in range(count):
-            device_id = f"dev-{i:05d}"
-            store.upsert_device(
-                device_id, online=int(i % 4 != 0), last_seen=now,
-                birth={"device_id": device_id, "agent_version": "0.1.0", "ts": now, "target": TARGETS[i % len(TARGETS)],
-                       "hardware": {"simulated": True, "profile": TARGETS[i % len(TARGETS)], "cpu_cores": 4, "memory_mb": 4096},
-                       "runtimes": {"onnxruntime": "1.18"}, "tags": {"group": f"g{i % 20}", "site": "lobby" if i % 2 else "dock"},
-                       "inference_url": None},
-                state={"device_id": device_id, "ts": now, "deployment": None, "last_seq": 3,
-                       "active": {"name": "det", "version": 1 + i % 3, "backend": "onnxruntime/CPUExecutionProvider",
-                                  "artifact_id": "a" * 64}},
-                telemetry={"device_id": device_id, "ts": now - 0.05, "device": {"cpu_percent": 12.5, "memory_mb": 180.0},
-                           "models": {"det": {"version": str(1 + i % 3), "backend": "CPUExecutionProvider", "requests": 1000,
-                                              "errors": 0, "latency_ms": {"p50": 3.1, "p95": 5.2}}}},
-                telemetry_ts=now)
+            device_id, target, version = f"dev-{i:05d}", TARGETS[i % len(TARGETS)], 1 + i % 3
+            birth = Birth(device_id, now, "0.1.0", target, {"group": f"g{i % 20}", "site": "lobby" if i % 2 else "dock"}, None,
+                          {"simulated": True, "profile": target, "cpu_cores": 4, "memory_mb": 4096}, {"onnxruntime": "1.18"})
+            active = RunningModel("det", version, "a" * 64, "onnxruntime/CPUExecutionProvider")
+            served = ModelTelemetry(str(version), "CPUExecutionProvider", 1000, 0, LatencyFigures(p50=3.1, p95=5.2))
+            telemetry = Telemetry(device_id, now - 0.05, DeviceMetrics(cpu_percent=12.5), {"det": served})
+            store.upsert_device(device_id, online=int(i % 4 != 0), last_seen=now, birth=birth,
+                                state=DeviceState(device_id, now, active, None, 3), telemetry=telemetry, telemetry_ts=now)
 
 
 def query(rng: random.Random) -> str:

@@ -4,14 +4,16 @@ For each model of the generated corpus (``tests/corpus.py``) and each ``*/*.onnx
 ``../shared/models`` when present:
 
 1. five probes: ``select_backend`` afresh each time (what ``edge-agent probe --model`` runs), with
-   the decision each made (tie or not, the rule, the ratio against the runner-up);
+   the decision each made (the rule, the ratio against the runner-up) and the 1-minute load
+   average around it (the higher of its start and end);
 2. every candidate that passed timed *independently*: alone (its session the only one open), one
-   after the other, in four passes of alternating order; the fastest (lowest geometric mean of its
+   after the other, in passes of alternating order (``--passes``, 4 by default); the fastest (lowest geometric mean of its
    pass medians) is the reference, and the slowest pick's ratio to it comes with a 95% interval
    from the paired pass medians;
-3. the goal: every pick within 5% of that fastest. A model where a pick is more than 5% slower by
-   the point estimate but the independent interval still reaches 1.05 is reported as *unresolved*:
-   on this machine the reference timing itself cannot tell.
+3. the goals, per probe: at a load average <= 3, at least 95% of the picks within 5% of that
+   fastest; at a load average <= 10, no pick worse than 1.2x. Per model, a pick more than 5% slower
+   by the point estimate whose independent interval still reaches 1.05 is reported as
+   *unresolved*: on this machine the reference timing itself cannot tell.
 4. NNAPI partitions as ``targets.analyse`` reports them (the runtime view) beside onnxruntime's own
    mobile usability checker, run on the model as that checker runs it;
 5. ``edgectl quantize --mode auto`` for each of ``--targets`` (``scripts/corpus_quantize.py``): outcome,
@@ -47,11 +49,11 @@ from corpus_quantize import DEFAULT_TARGETS, Quantized, QuantSettings, quantize_
 from corpus_quantize import describe as describe_quantized  # noqa: E402
 from corpus_quantize import markdown as markdown_quantized  # noqa: E402
 
-from agent.backends import Candidate  # noqa: E402
-from agent.errors import EdgeError, one_line  # noqa: E402
+from agent.catalog import Candidate  # noqa: E402
 from agent.hardware import Hardware, probe_hardware  # noqa: E402
 from agent.selection import Selection, Status, select_backend  # noqa: E402
 from agent.timing import Interval, ratio_interval  # noqa: E402
+from edgecore.errors import EdgeError, one_line  # noqa: E402
 from tests.corpus import CORPUS, write_corpus  # noqa: E402
 
 MODELS = ROOT.parent / "shared" / "models"
@@ -73,6 +75,15 @@ def _around(folder: str, key: str, name: str) -> Feeds:
     return feeds
 
 
+def _rows(folder: str, key: str, name: str) -> Feeds:
+    """One row of a model's reference inputs (its reference_io_ort.npz), a different one per seed."""
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        with np.load(MODELS / folder / "reference_io_ort.npz") as saved:
+            rows = saved[key]
+        return {name: rows[seed % len(rows)][None]}
+    return feeds
+
+
 def _pixels(seed: int) -> dict[str, np.ndarray]:
     """road-segmentation-adas: random BGR pixels 0..255 in NHWC, as its reference input is."""
     return {"data": np.random.default_rng(seed).uniform(0, 255, (1, 512, 896, 3)).astype(np.float32)}
@@ -87,8 +98,11 @@ SHARED_FEEDS: dict[str, Feeds] = {
     "ultraface_RFB-320.onnx": _around("ultraface-rfb320", "input", "input"),  # the upstream photo, preprocessed
     "mnist-8.onnx": _around("mnist8-modelzoo", "input", "Input3"),
     "road_segmentation_adas_0001.onnx": _pixels,
+    "magika-standard_v3_3/model.onnx": _rows("magika-standard_v3_3", "bytes", "bytes"),  # real files' bytes
 }
 GOAL = 1.05
+QUIET_LOAD, QUIET_SHARE = 3.0, 0.95  # at a load average <= 3, at least 95% of picks within GOAL
+BUSY_LOAD, BUSY_WORST = 10.0, 1.2  # at a load average <= 10, no pick worse than 1.2x
 SETS = {"corpus": "generated corpus", "shared": "shared models", "all": "corpus and shared models"}
 SECTIONS = {key: f"backend pick stability ({text})" for key, text in SETS.items()}
 QUANTIZE_SECTIONS = {key: f"quantize per target ({text})" for key, text in SETS.items()}
@@ -113,6 +127,7 @@ class Row:
     source: str
     picks: list[str] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)  # 1-minute load average around each probe
     passes_ms: dict[str, list[float]] = field(default_factory=dict)
     nnapi: str = "-"
     note: str = ""
@@ -137,6 +152,18 @@ class Row:
         pick = max(set(self.picks), key=ms.__getitem__)
         return ratio_interval(self.passes_ms[pick], self.passes_ms[fastest], confidence=0.95)
 
+    def probe_ratios(self) -> list[tuple[float, float, bool]]:
+        """(load average, the pick's independent median over the fastest's, whether the independent timing's own
+        95% interval of that ratio lies above 1.05) per probe."""
+        ms, fastest = self.independent_ms, self.fastest
+        if fastest is None:
+            return []
+
+        def resolved(pick: str) -> bool:
+            return pick != fastest and ratio_interval(self.passes_ms[pick], self.passes_ms[fastest], 0.95).low > GOAL
+
+        return [(load, ms[pick] / ms[fastest], resolved(pick)) for load, pick in zip(self.loads, self.picks, strict=True)]
+
     @property
     def verdict(self) -> str | None:
         """held, missed, unresolved (the reference timing cannot tell), or None when not measured."""
@@ -155,7 +182,8 @@ def models(which: str, only: list[str], workdir: Path) -> list[Subject]:
         found += [Subject(name, "corpus", path, CORPUS[name].feeds, tuple(CORPUS[name].static_shape_args()))
                   for name, path in write_corpus(workdir).items()]
     if which in ("shared", "all") and MODELS.is_dir():
-        found += [Subject(f"{p.parent.name}/{p.name}", "shared", p, SHARED_FEEDS.get(p.name))
+        found += [Subject(f"{p.parent.name}/{p.name}", "shared", p,
+                          SHARED_FEEDS.get(f"{p.parent.name}/{p.name}") or SHARED_FEEDS.get(p.name))
                   for p in sorted(MODELS.glob("*/*.onnx"))]
     return [m for m in found if not only or any(o in m.name for o in only)]
 
@@ -213,8 +241,12 @@ def measure(subject: Subject, hardware: Hardware, args: argparse.Namespace) -> R
     row, path = Row(subject.name, subject.source), subject.path
     feeds = subject.feeds(0) if subject.feeds else None
     row.nnapi = nnapi_partitions(path) if args.nnapi else "-"
+    selections = []
     try:
-        selections = [probe(path, hardware, feeds, args.budget) for _ in range(args.probes)]
+        for _ in range(args.probes):
+            before = os.getloadavg()[0]
+            selections.append(probe(path, hardware, feeds, args.budget))
+            row.loads.append(max(before, os.getloadavg()[0]))
     except EdgeError as exc:
         row.note = f"not probed: {one_line(exc)[:120]}"
         return row
@@ -222,11 +254,11 @@ def measure(subject: Subject, hardware: Hardware, args: argparse.Namespace) -> R
     row.decisions = [s.decision.to_dict() if s.decision else {} for s in selections]
     passing = [f.candidate for f in selections[0].figures if f.status is Status.OK]
     if feeds is None:
-        from agent.tensors import synthetic_feeds
+        from edgecore.tensors import synthetic_feeds
 
         with passing[0].open(path) as runner:
             feeds = synthetic_feeds(runner.inputs)
-    row.passes_ms = independent(path, passing, feeds, args.independent)
+    row.passes_ms = independent(path, passing, feeds, args.independent, args.passes)
     return row
 
 
@@ -236,21 +268,51 @@ def short(backend: str) -> str:
 
 def describe(row: Row) -> list[str]:
     if row.note:
-        return [row.name, row.source, row.note, "-", "-", "-", "-", row.nnapi]
+        return [row.name, row.source, row.note, "-", "-", "-", "-", "-", row.nnapi]
     picks = ", ".join(f"{short(b)} x{n}" for b, n in collections.Counter(row.picks).most_common())
-    ties = sum(1 for d in row.decisions if d.get("tie"))
     rules = ", ".join(f"{r} x{n}" for r, n in collections.Counter(d.get("rule", "?") for d in row.decisions).most_common())
     ratios = [d["ratio"] for d in row.decisions if d.get("ratio") is not None]
-    decided = f"{ties}/{len(row.decisions)} ties; {rules}" + (
-        f"; ratio {min(ratios):.2f}-{max(ratios):.2f}" if ratios else "")
+    decided = rules + (f"; ratio {min(ratios):.2f}-{max(ratios):.2f}" if ratios else "")
     independent = ", ".join(f"{short(b)} {ms:.3f}" for b, ms in sorted(row.independent_ms.items()))
     worst = row.worst
     verdict = "-" if worst is None else f"{worst.ratio:.3f} [{worst.low:.2f}, {worst.high:.2f}] {row.verdict}"
-    return [row.name, row.source, picks, decided, independent, short(row.fastest or "-"), verdict, row.nnapi]
+    loads = f"{min(row.loads):.1f}-{max(row.loads):.1f}" if row.loads else "-"
+    return [row.name, row.source, picks, decided, loads, independent, short(row.fastest or "-"), verdict, row.nnapi]
 
 
-HEADER = ["model", "from", "picks (probes)", "decisions", "independent median ms", "fastest",
-          "slowest pick / fastest [95%]: goal", "NNAPI partitions (ours / ORT checker)"]
+HEADER = ["model", "from", "picks (probes)", "decisions (rule x probes; ratio to runner-up)", "load avg",
+          "independent median ms", "fastest", "slowest pick / fastest [95%]: goal", "NNAPI partitions (ours / ORT checker)"]
+
+
+def goals(rows: list[Row]) -> str:
+    """The per-probe goals, judged by load average: quiet (<= 3) and busy (<= 10)."""
+    ratios = [r for row in rows for r in row.probe_ratios()]
+    if not ratios:
+        return "**No probe measured.**"
+    loads = [load for load, _, _ in ratios]
+    quiet = [q for load, q, _ in ratios if load <= QUIET_LOAD]
+    busy = [q for load, q, _ in ratios if load <= BUSY_LOAD]
+    held = sum(q <= GOAL for q in quiet)
+    if quiet:
+        share = held / len(quiet)
+        first = (f"at load <= {QUIET_LOAD:g}: {held} of {len(quiet)} probes within 5% of the fastest ({share:.0%}; "
+                 f"goal {QUIET_SHARE:.0%}): {'PASS' if share >= QUIET_SHARE else 'FAIL'}")
+    else:
+        first = f"at load <= {QUIET_LOAD:g}: no probe (the load average never fell to {QUIET_LOAD:g}): not measured"
+    if busy:
+        second = (f"at load <= {BUSY_LOAD:g}: worst pick {max(busy):.3f}x the fastest over {len(busy)} probes "
+                  f"(goal <= {BUSY_WORST:g}): {'PASS' if max(busy) <= BUSY_WORST else 'FAIL'}")
+    else:
+        second = f"at load <= {BUSY_LOAD:g}: no probe: not measured"
+    loud = [q for load, q, _ in ratios if load > BUSY_LOAD]
+    third = (f"; above {BUSY_LOAD:g}: {len(loud)} probes, {sum(q <= GOAL for q in loud)} within 5%, worst "
+             f"{max(loud):.3f}x" if loud else "")
+    every = sum(q <= GOAL for _, q, _ in ratios)
+    sure = sum(q > GOAL and resolved for _, q, resolved in ratios)
+    return (f"**Goals, per probe: {first}; {second}**{third}. Over all {len(ratios)} probes {every} were within 5% of "
+            f"the fastest by the estimate, and {sure} of the others were more than 5% slower by the independent "
+            f"timing's own 95% interval too; the load average (1 minute, {os.cpu_count()} cores) ran {min(loads):.1f} "
+            f"to {max(loads):.1f}.")
 
 
 def markdown(rows: list[Row], args: argparse.Namespace) -> str:
@@ -259,21 +321,26 @@ def markdown(rows: list[Row], args: argparse.Namespace) -> str:
     verdicts = collections.Counter(r.verdict for r in rows if r.verdict is not None)
     judged = sum(verdicts.values())
     return (f"Machine: {machine()}.\n\nEach model probed {args.probes} times with `select_backend` afresh (time budget "
-            f"{args.budget:g} s per probe, as `edge-agent probe --model M --budget {args.budget:g}`); every candidate "
-            f"that passed then timed alone, {args.independent:g} s each in four passes of alternating order. Goal: "
-            f"every pick within 5% of the independently fastest. **Held on {verdicts['held']} of {judged} models, "
-            f"missed on {verdicts['missed']}, unresolved on {verdicts['unresolved']}** (unresolved: a pick more than 5% "
-            f"slower by the estimate, but the independent timing's own 95% interval reaches 1.05). A decision is "
-            f"a tie when the 99% interval of the ratio never left the noise within the budget (or lay within 5%), "
-            f"resolved by lower p95, lower memory, then candidate order.\n\n" + "\n".join(lines))
+            f"{args.budget:g} s per probe, as `edge-agent probe --model M --budget {args.budget:g}`), the 1-minute load "
+            f"average noted around each; every candidate that passed then timed alone, {args.independent:g} s each in "
+            f"{args.passes} passes of alternating order. {goals(rows)}\n\nPer model, every pick within 5% of the independently "
+            f"fastest: held on {verdicts['held']} of {judged} models, missed on {verdicts['missed']}, unresolved on "
+            f"{verdicts['unresolved']} (unresolved: a pick more than 5% slower by the estimate, but the independent "
+            f"timing's own 95% interval reaches 1.05). Rules (`agent/timing.py`): `faster` when the 99% interval of the "
+            f"ratio left the noise, `estimate` when the budget ran out before it could tell (the faster by the point "
+            f"estimate), `p95`/`memory`/`order` only for a true tie (the interval within 1 +- 5%), `only` for a single "
+            f"candidate.\n\n" + "\n".join(lines))
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--probes", type=int, default=5, help="probes per model (default 5)")
-    parser.add_argument("--budget", type=float, default=5.0, help="time budget of each probe in seconds (default 5)")
+    parser.add_argument("--budget", type=float, default=10.0,
+                        help="time budget of each probe in seconds (default 10, the agent's selection_budget_s)")
     parser.add_argument("--independent", type=float, default=4.0,
-                        help="seconds of independent timing per candidate, split over two passes (default 4)")
+                        help="seconds of independent timing per candidate, split over the passes (default 4)")
+    parser.add_argument("--passes", type=int, default=4,
+                        help="passes of independent timing, in alternating order (default 4)")
     parser.add_argument("--only", action="append", default=[], help="only models whose name contains this (repeat)")
     parser.add_argument("--set", choices=list(SECTIONS), default="all",
                         help="the generated corpus, the models in ../shared/models, or both (default); each its own section")

@@ -145,7 +145,7 @@ def ingest(bench: Bench, agents: int, seconds: float) -> dict[str, Any]:
     while time.monotonic() - start < seconds:
         time.sleep(0.5)
         for row in store.devices():
-            sent = row.telemetry.get("ts")
+            sent = row.telemetry.ts if row.telemetry else None
             if row.id.startswith("tel") and sent is not None and row.telemetry_ts is not None and seen.get(row.id) != sent:
                 seen[row.id] = sent
                 lags.append(row.telemetry_ts - sent)

@@ -2,7 +2,7 @@
 
 Everything runs for real on this machine: a PostgreSQL cluster of its own (tests/postgres.py),
 Mosquitto, ``edgectl controller run`` processes on one ``postgresql://`` store (each with its own
-``application_name``, so the holder of the engine lease can be read from ``pg_locks``), light
+``application_name``, so the holder of the engine lease can be read from ``leases`` and ``pg_stat_activity``), light
 agents in ``edgectl sim`` processes, ``edgectl deploy --fleet``.
 
 How each figure is taken:
@@ -36,10 +36,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.protocol.envelope import TrustedKeys  # noqa: E402
+from edgecore.protocol.envelope import TrustedKeys  # noqa: E402
 from edgectl.artifacts import RangeServer  # noqa: E402
 from edgectl.artifacts.publish import export_payload  # noqa: E402
-from edgectl.controller.leader import ENGINE_LOCK  # noqa: E402
+from edgectl.controller.leader import ENGINE_LEASE  # noqa: E402
 from edgectl.controller.store import Store, open_url  # noqa: E402
 from edgectl.keys import Keyring  # noqa: E402
 from edgectl.package import BuildOptions, build_package, read_package  # noqa: E402
@@ -61,8 +61,8 @@ END $$ LANGUAGE plpgsql;
 CREATE TRIGGER bench_report AFTER UPDATE OF telemetry_at ON devices FOR EACH ROW
     WHEN (NEW.telemetry_at IS DISTINCT FROM OLD.telemetry_at) EXECUTE FUNCTION bench_report();
 """
-HOLDER = ("SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-          "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s")
+HOLDER = ("SELECT a.application_name FROM leases l JOIN pg_stat_activity a ON a.pid = l.holder_pid "
+          "WHERE l.name = %s AND l.expires > extract(epoch FROM clock_timestamp())")
 
 
 @dataclass
@@ -141,7 +141,10 @@ class ScaleBench:
         import psycopg
 
         with psycopg.connect(self.db, autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute(HOLDER, (ENGINE_LOCK >> 32, ENGINE_LOCK & 0xFFFFFFFF)).fetchone()
+            try:
+                row = conn.execute(HOLDER, (ENGINE_LEASE,)).fetchone()
+            except psycopg.errors.UndefinedTable:  # the first controller has not migrated the store yet
+                return None
         return None if row is None else str(row[0])
 
     def wait_leader(self, timeout: float = 60) -> str:

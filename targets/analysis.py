@@ -98,6 +98,12 @@ class Analysis:
     sources: dict[str, str]
     graph_note: str = ""
     model: onnx.ModelProto = field(default_factory=onnx.ModelProto, repr=False, compare=False)
+    refusal: str | None = None  # why onnxruntime cannot load the model: then nothing runs, whatever the ops
+
+    @property
+    def loads(self) -> bool:
+        """True when onnxruntime loads the model (every ONNX target runs it through onnxruntime)."""
+        return self.refusal is None
 
     @property
     def verdict(self) -> str:
@@ -176,11 +182,18 @@ def analyse(
     policy_count = len([g for g in group_nodes(m.graph, [accel[c] for c in planned[:top]]) if g.label])
     runtime_fig = _figures(profile, supports, runtime, accel, runtime_count, flops)
     policy_fig = _figures(profile, supports, planned, accel, policy_count, flops)
+    advice = _advice(m, profile, assignments, runtime_fig, policy_fig, merges)
+    if prepared.refusal is not None:  # op support cannot help a model that does not load at all
+        import onnxruntime as ort
+
+        why = f"onnxruntime {ort.__version__} cannot load the model: {prepared.refusal}"
+        runtime_fig, policy_fig = _with(runtime_fig, "NO", why), _with(policy_fig, "NO", why)
+        advice = ["fix the model (or the --static-shape given) so that onnxruntime loads it; the per-node figures "
+                  "are what it would do if it did", *advice]
     return Analysis(
         target=profile.name, nodes=assignments, partitions=pieces, runtime_partitions=runtime_parts,
-        runtime=runtime_fig, policy=policy_fig,
-        advice=tuple(_advice(m, profile, assignments, runtime_fig, policy_fig, merges)),
-        merges=tuple(merges), sources={s.provider: s.source for s in supports}, graph_note=prepared.note, model=m,
+        runtime=runtime_fig, policy=policy_fig, advice=tuple(advice), merges=tuple(merges),
+        sources={s.provider: s.source for s in supports}, graph_note=prepared.note, model=m, refusal=prepared.refusal,
     )
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import onnx
 
-from agent.errors import ModelError
-from agent.partitions import MANIFEST_FORMAT, MANIFEST_NAME
+from edgecore.errors import ModelError
+from edgecore.partitions import MANIFEST_FORMAT, MANIFEST_NAME
 from targets.analysis import Analysis, Partition
 from targets.graph import node_inputs
 

@@ -30,6 +30,7 @@ class RuntimeGraph:
 
     model: onnx.ModelProto
     note: str
+    refusal: str | None = None  # why onnxruntime cannot load the model (None when it loads)
 
 
 def prepare_model(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -44,26 +45,26 @@ def runtime_graph(model: onnx.ModelProto) -> RuntimeGraph:
     still become initializers) and ``note`` says why.
     """
     data = model.SerializeToString()
-    prepared, note = _cached(hashlib.sha256(data).hexdigest(), data)
+    prepared, note, refusal = _cached(hashlib.sha256(data).hexdigest(), data)
     copy = onnx.ModelProto()
     copy.CopyFrom(prepared)  # callers may edit what they get
-    return RuntimeGraph(copy, note)
+    return RuntimeGraph(copy, note, refusal)
 
 
 @lru_cache(maxsize=8)
-def _cached(digest: str, data: bytes) -> tuple[onnx.ModelProto, str]:
+def _cached(digest: str, data: bytes) -> tuple[onnx.ModelProto, str, str | None]:
     model = onnx.ModelProto()
     model.ParseFromString(data)
     normalise_dims(model)
-    optimized, note = _optimize(model)
+    optimized, note, refusal = _optimize(model)
     if optimized is None:
         optimized = model
         _constants_to_initializers(optimized.graph)
     _name_nodes(optimized)
-    return _infer(optimized), note
+    return _infer(optimized), note, refusal
 
 
-def _optimize(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str]:
+def _optimize(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str, str | None]:
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,8 +81,8 @@ def _optimize(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str]:
             optimized = onnx.load(str(target))
         except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-            return None, f"graph as given: onnxruntime {ort.__version__} cannot load it ({first})"
-    return optimized, f"graph after onnxruntime {ort.__version__} basic optimizations (what its partitioner sees)"
+            return None, f"graph as given: onnxruntime {ort.__version__} cannot load it ({first})", first
+    return optimized, f"graph after onnxruntime {ort.__version__} basic optimizations (what its partitioner sees)", None
 
 
 def _constants_to_initializers(graph: onnx.GraphProto) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from agent.errors import ConfigError, NotFoundError
+from edgecore.errors import ConfigError, NotFoundError
+from edgecore.runtimes import RuntimeNeed, need_of
 
 __all__ = [
     "BUILTIN_DIR",
@@ -63,6 +64,12 @@ class ExecutionProvider:
     op_support: OpSupport
     accelerator: bool
     options: Mapping[str, str] = field(default_factory=dict)  # provider options the analysis assumes
+    install: str = ""  # what a device installs when its runtime cannot run this provider (edgecore.runtimes)
+
+    def need(self) -> RuntimeNeed:
+        """This provider as a runtime requirement (what ``edge-agent probe`` checks on the device)."""
+        return RuntimeNeed(self.name, self.runtime, self.versions, self.install,
+                           self.op_support.device if self.runtime == "openvino" else None)
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,7 @@ class TargetProfile:
                     "name": ep.name,
                     "runtime": ep.runtime,
                     "versions": ep.versions,
+                    "install": ep.install,
                     "accelerator": ep.accelerator,
                     "options": dict(ep.options),
                     "op_support": {k: v for k, v in vars(ep.op_support).items() if v not in (None, (), False)},
@@ -227,6 +235,7 @@ def _provider(r: _Reader) -> ExecutionProvider:
         require_static_inputs=support.boolean("require_static_inputs", default=False),
     )
     name = r.string("name")
+    need = need_of(r.path, r.prefix, r.data)  # the runtime keys, read as the device reads them
     return ExecutionProvider(
         name=name,
         runtime=r.string("runtime"),
@@ -234,6 +243,7 @@ def _provider(r: _Reader) -> ExecutionProvider:
         op_support=op_support,
         accelerator=name != "CPUExecutionProvider",
         options=_options(r),
+        install=need.install,
     )
 
 

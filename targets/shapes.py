@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 import onnx
 
-from agent.errors import ConfigError, ModelError
+from edgecore.errors import ConfigError, ModelError, listing
 
 __all__ = [
     "dims_text",
@@ -58,8 +58,10 @@ def static_shape_hint(model: onnx.ModelProto) -> str:
     """The ``--static-shape`` flags to fix every dynamic input: batch as 1, other unknowns named.
 
     E.g. ``--static-shape x=1x3xHxW`` for ``[-1,3,-1,-1]``; the caller says which names to replace.
+    Two dims share a name only when the model says they are one (the same ``dim_param``).
     """
     flags = []
+    named: dict[str, str] = {}  # dim_param -> its placeholder
     for info in dynamic_inputs(model):
         dims = info.type.tensor_type.shape.dim
         parts = []
@@ -69,16 +71,23 @@ def static_shape_hint(model: onnx.ModelProto) -> str:
             elif k == 0:
                 parts.append("1")
             else:
-                parts.append(_placeholder(dim, k, len(dims)))
+                parts.append(_placeholder(dim, k, len(dims), named))
         flags.append(f"--static-shape {info.name}={'x'.join(parts) or '1'}")
     return " ".join(flags)
 
 
-def _placeholder(dim: onnx.TensorShapeProto.Dimension, k: int, rank: int) -> str:
-    if dim.dim_param and dim.dim_param.isidentifier() and not dim.dim_param.lower().startswith("unk"):
-        return dim.dim_param
+def _placeholder(dim: onnx.TensorShapeProto.Dimension, k: int, rank: int, named: dict[str, str]) -> str:
+    param = dim.dim_param if dim.dim_param.isidentifier() and not dim.dim_param.lower().startswith("unk") else ""
+    if param in named:
+        return named[param]
     # NCHW images: the last two dims are height and width
-    return {rank - 2: "H", rank - 1: "W"}.get(k, f"D{k}") if rank == 4 else f"D{k}"
+    base = param or ({rank - 2: "H", rank - 1: "W"}.get(k, f"D{k}") if rank == 4 else f"D{k}")
+    taken = set(named.values())
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    named[param or f"#{len(named)}"] = name
+    return name
 
 
 def normalise_dims(model: onnx.ModelProto) -> None:
@@ -117,7 +126,7 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...
     inputs = {i.name: i for i in fixed.graph.input}
     for name, dims in shapes.items():
         if name not in inputs:
-            raise ConfigError(f"--static-shape {name}: no such input; inputs are {', '.join(inputs)}")
+            raise ConfigError(f"--static-shape {name}: no such input; inputs are {listing(inputs)}")
         rank = len(inputs[name].type.tensor_type.shape.dim)
         if rank and rank != len(dims):
             raise ConfigError(f"--static-shape {name}: input has rank {rank}, got {len(dims)} dims")

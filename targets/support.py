@@ -25,7 +25,7 @@ from typing import Any
 import onnx
 import yaml
 
-from agent.errors import ConfigError
+from edgecore.errors import ConfigError
 from targets.graph import Scope
 from targets.profile import ExecutionProvider, TargetProfile
 from targets.shapes import is_static

@@ -43,6 +43,7 @@ class BrokerProcess:
     log: Path
     process: subprocess.Popen[bytes] | None = field(default=None)
     env: dict[str, str] | None = None  # None: this process's environment
+    ready_s: float = 10.0  # how long start() waits for the port
 
     @property
     def url(self) -> str:
@@ -51,7 +52,7 @@ class BrokerProcess:
     def start(self) -> BrokerProcess:
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
-        wait_port(self.port)
+        wait_port(self.port, self.ready_s)
         return self
 
     def stop(self) -> None:
@@ -98,4 +99,5 @@ def start_embedded(workdir: Path, port: int | None = None) -> BrokerProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     argv = [sys.executable, "-m", "edgectl.cli.main", "broker", "--port", str(port)]
-    return BrokerProcess(argv, port, workdir / "embedded-broker.log", env=checkout_env()).start()
+    # A Python process importing edgectl: seconds on a loaded 2-core machine, not the milliseconds of Mosquitto.
+    return BrokerProcess(argv, port, workdir / "embedded-broker.log", env=checkout_env(), ready_s=60.0).start()

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.adversarial.hostile import HostileOrigin
 from tests.brokers import BrokerProcess, mosquitto_binary, start_embedded, start_mosquitto
 from tests.checkout import checkout_env
 from tests.fleet import AgentProcess, EdgectlHome
@@ -85,3 +86,18 @@ def stopping() -> Iterator[list[threading.Thread]]:
     for thread in threads:
         thread.join(10)
     assert not [t for t in threads if t.is_alive()], "an agent or controller did not stop"
+
+
+@pytest.fixture
+def origins() -> Iterator[Callable[..., HostileOrigin]]:
+    """Factory: origins(behaviour) starts a hostile HTTP origin (tests/adversarial/hostile.py), stopped afterwards."""
+    started: list[HostileOrigin] = []
+
+    def start(behaviour: object) -> HostileOrigin:
+        origin = HostileOrigin(behaviour)  # type: ignore[arg-type]
+        started.append(origin)
+        return origin
+
+    yield start
+    for origin in started:
+        origin.stop()

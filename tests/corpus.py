@@ -10,11 +10,22 @@ Each entry of ``CORPUS`` builds a small, checked ONNX model in code (no files in
 - ``nhwc``: NHWC input behind a Transpose, and an NHWC output, as TensorFlow exports;
 - ``symbolic_batch``: a classifier with batch dim ``"N"``;
 - ``focus``: YOLOv5's Focus block (four strided Slices and a Concat), which onnxruntime's basic
-  optimizer fuses to ``SpaceToDepth`` before any execution provider sees the graph.
+  optimizer fuses to ``SpaceToDepth`` before any execution provider sees the graph;
+- ``upsample_opset9``: an opset-9 segmentation net with ``Upsample`` (onnx's converter turns it into a
+  ``Resize`` with other coordinates unless told otherwise);
+- ``regression_head``: one value per sample, ``[1, 1]`` (an age or a score);
+- ``detector_background``: boxes ``[1,A,4]`` (corners) and softmax scores ``[1,A,2]``, most anchors background;
+- ``landmarks``: ``[1, 10]`` face-landmark coordinates in [0, 1] from a Gemm (not class scores);
+- ``image_to_image``: an enhancement net whose ``[1,3,H,W]`` output is an image in [0, 1];
+- ``attention``: a self-attention block (MatMul, Softmax) with a context output and an ``[N, 1]`` score;
+- ``lstm``: an LSTM over a sequence, then a Gemm head;
+- ``already_quantized``: a QDQ model its author quantized (int8 weights, QuantizeLinear on activations);
+- ``unloadable``: passes onnx's checker but onnxruntime refuses it (an intermediate declared int64).
 
 ``CorpusModel.shapes`` gives a static shape for each input (what a user would pass with
 ``--static-shape``); ``CorpusModel.feeds()`` makes matching random inputs. ``write_corpus(dir)``
-saves them all and returns ``{name: path}``.
+saves them all and returns ``{name: path}``. ``LOADABLE`` is the corpus less the models onnxruntime
+refuses on purpose (``CorpusModel.loads``), for tests that run every model.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["CORPUS", "CorpusModel", "build", "write_corpus"]
+__all__ = ["CORPUS", "LOADABLE", "CorpusModel", "build", "write_corpus"]
 
 IR_VERSION = 8  # accepted by onnxruntime and OpenVINO for every opset used here
 OPSET = 17
@@ -53,11 +64,12 @@ def _info(name: str, dims: Sequence[Dim], dtype: int = TensorProto.FLOAT) -> onn
 
 
 def _model(name: str, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
-           outputs: list[onnx.ValueInfoProto], inits: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
+           outputs: list[onnx.ValueInfoProto], inits: Sequence[onnx.TensorProto] = (), opset: int = OPSET,
+           full_check: bool = True) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION,
                               producer_name="edgectl tests/corpus.py")
-    onnx.checker.check_model(model, full_check=True)
+    onnx.checker.check_model(model, full_check=full_check)
     return model
 
 
@@ -188,6 +200,140 @@ def focus() -> onnx.ModelProto:
     return _model("focus", nodes, [_info("x", [1, 3, 32, 32])], [_info("y", [1, 16, 16, 16])], inits)
 
 
+def upsample_opset9() -> onnx.ModelProto:
+    """Opset 9: Conv/Relu, Upsample x2 (bilinear), then a 4-class Conv head: a small segmentation net."""
+    nodes = _conv_block("e1", "x", "w1", "b1", "r1")
+    nodes += [helper.make_node("Upsample", ["r1", "up_scales"], ["up"], name="upsample", mode="linear"),
+              helper.make_node("Conv", ["up", "w2", "b2"], ["mask"], name="classes", pads=[1, 1, 1, 1])]
+    inits = [_weight("w1", (8, 3, 3, 3), 141), _weight("b1", (8,), 142, 0.1), _weight("w2", (4, 8, 3, 3), 143),
+             _weight("b2", (4,), 144, 0.1), numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "up_scales")]
+    return _model("upsample_opset9", nodes, [_info("x", [1, 3, 16, 16])], [_info("mask", [1, 4, 32, 32])], inits,
+                  opset=9)
+
+
+def regression_head() -> onnx.ModelProto:
+    """A CNN with one value per sample ([1, 1]): a cosine per sample would always say 1.0."""
+    nodes = _conv_block("b1", "x", "w1", "b1", "r1") + _conv_block("b2", "r1", "w2", "b2", "r2")
+    nodes += [helper.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
+              helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["age"], name="fc", transB=1)]
+    inits = [_weight("w1", (8, 3, 3, 3), 151), _weight("b1", (8,), 152, 0.1), _weight("w2", (8, 8, 3, 3), 153),
+             _weight("b2", (8,), 154, 0.1), _weight("fc_w", (1, 8), 155, 1.0), numpy_helper.from_array(
+                 np.array([0.1], np.float32), "fc_b")]
+    return _model("regression_head", nodes, [_info("x", [1, 3, 16, 16])], [_info("age", [1, 1])], inits)
+
+
+def detector_background() -> onnx.ModelProto:
+    """Boxes [1,64,4] (x1,y1,x2,y2 around an 8x8 grid of anchors) and softmax scores [1,64,2], mostly background.
+
+    The foreground logit follows the input's brightness at the anchor, so bright patches are confident faces.
+    """
+    nodes = _conv_block("s1", "x", "w1", "b1", "r1")
+    nodes += [helper.make_node("MaxPool", ["r1"], ["feat"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+              helper.make_node("AveragePool", ["x"], ["bright"], name="brightness", kernel_shape=[2, 2], strides=[2, 2])]
+    nodes += [helper.make_node("Concat", ["feat", "bright"], ["both"], name="stack", axis=1)]
+    for head in ("box", "cls"):
+        nodes += [helper.make_node("Conv", ["both", f"{head}_w", f"{head}_b"], [f"{head}_c"], name=f"{head}_conv"),
+                  helper.make_node("Transpose", [f"{head}_c"], [f"{head}_t"], name=f"{head}_transpose", perm=[0, 2, 3, 1]),
+                  helper.make_node("Reshape", [f"{head}_t", f"{head}_shape"], [f"{head}_r"], name=f"{head}_reshape")]
+    nodes += [helper.make_node("Softmax", ["cls_r"], ["scores"], name="scores_softmax", axis=-1),
+              helper.make_node("Sigmoid", ["box_r"], ["box_s"], name="box_sigmoid"),
+              helper.make_node("Mul", ["box_s", "half_size"], ["offsets"], name="box_size"),
+              helper.make_node("Add", ["anchors", "offsets"], ["boxes"], name="box_decode")]
+    rng = np.random.default_rng(161)
+    cls_w = (rng.standard_normal((2, 11, 1, 1)) * 0.05).astype(np.float32)
+    cls_w[1, 8:, 0, 0] = 12.0  # the brightness channels drive the foreground logit
+    grid = (np.stack(np.meshgrid(np.arange(8), np.arange(8), indexing="ij"), -1).reshape(-1, 2)[:, ::-1] + 0.5) / 8
+    anchors = np.concatenate([grid, grid], axis=1)[None].astype(np.float32)
+    inits = [_weight("w1", (8, 3, 3, 3), 162), _weight("b1", (8,), 163, 0.1), _weight("box_w", (4, 11, 1, 1), 164),
+             _weight("box_b", (4,), 165, 0.1), numpy_helper.from_array(cls_w, "cls_w"),
+             numpy_helper.from_array(np.array([0.0, -21.0], np.float32), "cls_b"),
+             _ints("box_shape", [1, -1, 4]), _ints("cls_shape", [1, -1, 2]),
+             numpy_helper.from_array(anchors, "anchors"),
+             numpy_helper.from_array(np.array([-0.1, -0.1, 0.1, 0.1], np.float32), "half_size")]
+    return _model("detector_background", nodes, [_info("x", [1, 3, 16, 16])],
+                  [_info("boxes", [1, 64, 4]), _info("scores", [1, 64, 2])], inits)
+
+
+def landmarks() -> onnx.ModelProto:
+    """Five (x, y) face landmarks in [0, 1] from a Gemm and a Sigmoid: [1, 10] that are not class scores."""
+    nodes = _conv_block("b1", "x", "w1", "b1", "r1")
+    nodes += [helper.make_node("GlobalAveragePool", ["r1"], ["gap"], name="gap"),
+              helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
+              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["raw"], name="fc", transB=1),
+              helper.make_node("Sigmoid", ["raw"], ["landmarks"], name="to_unit")]
+    inits = [_weight("w1", (8, 3, 3, 3), 171), _weight("b1", (8,), 172, 0.1), _weight("fc_w", (10, 8), 173),
+             _weight("fc_b", (10,), 174, 0.5)]
+    return _model("landmarks", nodes, [_info("x", [1, 3, 16, 16])], [_info("landmarks", [1, 10])], inits)
+
+
+def image_to_image() -> onnx.ModelProto:
+    """Low-light enhancement: a residual Conv net whose output is the input image corrected, clipped to [0, 1]."""
+    nodes = _conv_block("e1", "x", "w1", "b1", "r1")
+    nodes += [helper.make_node("Conv", ["r1", "w2", "b2"], ["delta"], name="to_rgb", pads=[1, 1, 1, 1]),
+              helper.make_node("Add", ["x", "delta"], ["sum"], name="residual"),
+              helper.make_node("Clip", ["sum", "zero", "one"], ["enhanced"], name="clip")]
+    inits = [_weight("w1", (8, 3, 3, 3), 181), _weight("b1", (8,), 182, 0.1), _weight("w2", (3, 8, 3, 3), 183, 0.05),
+             _weight("b2", (3,), 184, 0.05), numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    return _model("image_to_image", nodes, [_info("x", [1, 3, 16, 16])], [_info("enhanced", [1, 3, 16, 16])], inits)
+
+
+def attention() -> onnx.ModelProto:
+    """Single-head self-attention over [1, 8, 16] tokens: a context output and a pooled [1, 1] score."""
+    nodes = [helper.make_node("MatMul", ["tokens", f"w{p}"], [p], name=f"proj_{p}") for p in ("q", "k", "v")]
+    nodes += [helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
+              helper.make_node("MatMul", ["q", "kt"], ["logits"], name="qk"),
+              helper.make_node("Mul", ["logits", "inv_sqrt_d"], ["scaled"], name="scale"),
+              helper.make_node("Softmax", ["scaled"], ["weights"], name="attend", axis=-1),
+              helper.make_node("MatMul", ["weights", "v"], ["mixed"], name="mix"),
+              helper.make_node("MatMul", ["mixed", "wo"], ["context"], name="out_proj"),
+              helper.make_node("ReduceMean", ["context"], ["pooled"], name="pool", axes=[1], keepdims=0),
+              helper.make_node("Gemm", ["pooled", "score_w", "score_b"], ["score"], name="score_head", transB=1)]
+    inits = [_weight(f"w{p}", (16, 16), 190 + i, 0.25) for i, p in enumerate(("q", "k", "v", "o"))]
+    inits += [numpy_helper.from_array(np.array(0.25, np.float32), "inv_sqrt_d"), _weight("score_w", (1, 16), 195),
+              numpy_helper.from_array(np.array([0.5], np.float32), "score_b")]
+    return _model("attention", nodes, [_info("tokens", [1, 8, 16])],
+                  [_info("context", [1, 8, 16]), _info("score", [1, 1])], inits)
+
+
+def lstm() -> onnx.ModelProto:
+    """An LSTM (hidden 16) over a [6, 1, 8] sequence, its last hidden state through a Gemm head."""
+    nodes = [helper.make_node("LSTM", ["seq", "W", "R", "B"], ["", "h_last"], name="lstm", hidden_size=16),
+             helper.make_node("Reshape", ["h_last", "flat_shape"], ["h_flat"], name="flatten"),
+             helper.make_node("Gemm", ["h_flat", "head_w", "head_b"], ["out"], name="head", transB=1)]
+    inits = [_weight("W", (1, 64, 8), 201, 0.3), _weight("R", (1, 64, 16), 202, 0.3), _weight("B", (1, 128), 203, 0.1),
+             _ints("flat_shape", [1, 16]), _weight("head_w", (4, 16), 204), _weight("head_b", (4,), 205, 0.1)]
+    return _model("lstm", nodes, [_info("seq", [6, 1, 8])], [_info("out", [1, 4])], inits)
+
+
+def already_quantized() -> onnx.ModelProto:
+    """A QDQ classifier as its author exported it: int8 weights with their scales, activations through Q/DQ."""
+    rng = np.random.default_rng(211)
+    w = rng.integers(-127, 128, (8, 3, 3, 3)).astype(np.int8)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero"], ["x_q"], name="x_quant"),
+             helper.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero"], ["x_dq"], name="x_dequant"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"], name="w_dequant"),
+             *_conv_block("b1", "x_dq", "w", "b1", "r1")]
+    tail, tail_inits = _classifier_tail("r1", 8, 10, 212)
+    inits = [numpy_helper.from_array(w, "w_q"), numpy_helper.from_array(np.array(0.003, np.float32), "w_scale"),
+             numpy_helper.from_array(np.array(0, np.int8), "w_zero"), _weight("b1", (8,), 213, 0.1),
+             numpy_helper.from_array(np.array(1 / 255, np.float32), "x_scale"),
+             numpy_helper.from_array(np.array(0, np.uint8), "x_zero"), *tail_inits]
+    return _model("already_quantized", nodes + tail, [_info("x", [1, 3, 16, 16])], [_info("logits", [1, 10])], inits)
+
+
+def unloadable() -> onnx.ModelProto:
+    """A CNN whose graph declares an intermediate tensor int64: onnx's checker passes it, onnxruntime refuses it."""
+    nodes = _conv_block("b1", "x", "w1", "b1", "r1")
+    tail, tail_inits = _classifier_tail("r1", 8, 10, 222)
+    model = _model("unloadable", nodes + tail, [_info("x", [1, 3, 16, 16])], [_info("logits", [1, 10])],
+                   [_weight("w1", (8, 3, 3, 3), 221), _weight("b1", (8,), 222, 0.1), *tail_inits], full_check=False)
+    model.graph.value_info.append(_info("b1_c", [1, 8, 16, 16], TensorProto.INT64))
+    onnx.checker.check_model(model)
+    return model
+
+
 @dataclass(frozen=True)
 class CorpusModel:
     """One generated model, the trait it carries, and the static shapes a user would give it."""
@@ -196,6 +342,7 @@ class CorpusModel:
     trait: str
     make: Callable[[], onnx.ModelProto]
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    loads: bool = True  # False: onnxruntime refuses it on purpose (the trait is being refused)
 
     def feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Random inputs of ``shapes`` (floats in [0, 1), bools True, int64 loop counts 2)."""
@@ -228,7 +375,19 @@ CORPUS: dict[str, CorpusModel] = {m.name: m for m in [
     CorpusModel("nhwc", "NHWC input behind a Transpose (TensorFlow export)", nhwc, {"image": (1, 32, 48, 3)}),
     CorpusModel("symbolic_batch", "symbolic batch dim 'N'", symbolic_batch, {"x": (1, 3, 16, 16)}),
     CorpusModel("focus", "Focus block that onnxruntime fuses to SpaceToDepth", focus, {"x": (1, 3, 32, 32)}),
+    CorpusModel("upsample_opset9", "opset-9 Upsample (converted to Resize)", upsample_opset9, {"x": (1, 3, 16, 16)}),
+    CorpusModel("regression_head", "[N, 1] regression head", regression_head, {"x": (1, 3, 16, 16)}),
+    CorpusModel("detector_background", "detector, boxes + softmax scores, mostly background anchors",
+                detector_background, {"x": (1, 3, 16, 16)}),
+    CorpusModel("landmarks", "landmark regression [1, 10] from a Gemm", landmarks, {"x": (1, 3, 16, 16)}),
+    CorpusModel("image_to_image", "image-to-image output [1, 3, H, W]", image_to_image, {"x": (1, 3, 16, 16)}),
+    CorpusModel("attention", "self-attention block with an [N, 1] score", attention, {"tokens": (1, 8, 16)}),
+    CorpusModel("lstm", "LSTM over a sequence, Gemm head", lstm, {"seq": (6, 1, 8)}),
+    CorpusModel("already_quantized", "quantized by its author (QDQ)", already_quantized, {"x": (1, 3, 16, 16)}),
+    CorpusModel("unloadable", "onnx's checker passes it, onnxruntime cannot load it", unloadable, {"x": (1, 3, 16, 16)},
+                loads=False),
 ]}
+LOADABLE: dict[str, CorpusModel] = {name: m for name, m in CORPUS.items() if m.loads}
 
 
 def build(name: str) -> onnx.ModelProto:

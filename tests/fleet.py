@@ -70,6 +70,7 @@ class AgentProcess:
     env_extra: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     http_port: int = 0
+    python: str = sys.executable  # the interpreter that runs the agent (a lean venv's in tests/devices)
 
     @property
     def state_dir(self) -> Path:
@@ -98,7 +99,7 @@ class AgentProcess:
         config = self.write_config()
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "agent.cli.main", "run", "--config", str(config), *self.extra_args()],
+                [self.python, "-m", "agent.cli.main", "run", "--config", str(config), *self.extra_args()],
                 stdout=out, stderr=subprocess.STDOUT, env=self.env(),
             )
         wait_for(self.ready, 60, f"{self.device_id}'s inference API")
@@ -151,17 +152,20 @@ class AgentProcess:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def active(self) -> dict[str, Any] | None:
+    def active(self, name: str | None = None) -> dict[str, Any] | None:
+        """The slot pointer's active model ``name`` (None: the device's only model), or None."""
         try:
-            data = json.loads((self.state_dir / "active.json").read_text())
-        except (OSError, ValueError):
+            models = json.loads((self.state_dir / "models.json").read_text())["models"]
+        except (OSError, ValueError, KeyError):
             return None
-        active: dict[str, Any] | None = data.get("active")
+        if name is None:
+            name = next(iter(models)) if len(models) == 1 else None
+        active: dict[str, Any] | None = models[name]["active"] if name in models else None
         return active
 
-    def active_version(self) -> int | None:
+    def active_version(self, name: str | None = None) -> int | None:
         """The active model's version, None before the first commit."""
-        active = self.active()
+        active = self.active(name)
         version: int | None = None if active is None else active["version"]
         return version
 

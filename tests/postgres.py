@@ -50,6 +50,8 @@ class PostgresCluster:
     root: Path
     port: int
     run_as: list[str] = field(default_factory=list)
+    listen: str = "127.0.0.1"  # listen_addresses: more than loopback only where a test reaches it from elsewhere
+    hba: str = ""  # pg_hba.conf lines added to initdb's (its own trust only local and loopback clients)
 
     @property
     def data(self) -> Path:
@@ -67,11 +69,22 @@ class PostgresCluster:
 
     def start(self) -> PostgresCluster:
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "
+        if self.hba:
+            with (self.data / "pg_hba.conf").open("a") as conf:
+                conf.write(self.hba)
+        return self.resume()
+
+    def resume(self) -> PostgresCluster:
+        """Start the server (again, after :meth:`halt`) on the same port and socket directory."""
+        options = (f"-p {self.port} -k {self.root} -c listen_addresses={self.listen} -c fsync=off -c full_page_writes=off "
                    "-c max_connections=200 -c shared_buffers=32MB")
         self._run(str(self.bin / "pg_ctl"), "start", "-w", "-t", "60", "-D", str(self.data), "-l", str(self.root / "server.log"),
                   "-o", options)
         return self
+
+    def halt(self) -> None:
+        """Stop the server as an operator would (``pg_ctl stop -m fast``: sessions are ended, nothing is lost); the data stays."""
+        self._run(str(self.bin / "pg_ctl"), "stop", "-w", "-t", "60", "-m", "fast", "-D", str(self.data))
 
     def create_database(self) -> str:
         """A fresh database; its URL."""
@@ -88,8 +101,8 @@ class PostgresCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_cluster() -> PostgresCluster:
-    """Start a cluster, or fail the test with one line saying what to install."""
+def start_cluster(listen: str = "127.0.0.1", hba: str = "") -> PostgresCluster:
+    """Start a cluster, or fail the test with one line saying what to install (``listen``, ``hba``: see the fields)."""
     bin_dir = find_bin()
     if bin_dir is None:
         pytest.fail(INSTALL, pytrace=False)
@@ -108,4 +121,4 @@ def start_cluster() -> PostgresCluster:
                         "install PostgreSQL with `apt-get install postgresql` (it creates one)", pytrace=False)
         os.chown(root, user.pw_uid, user.pw_gid)
         run_as = ["runuser", "-u", "postgres", "--"]
-    return PostgresCluster(bin_dir, root, _free_port(), run_as).start()
+    return PostgresCluster(bin_dir, root, _free_port(), run_as, listen, hba).start()

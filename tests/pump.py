@@ -6,7 +6,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from agent.transport import Message
+from edgecore.transport import Message
 
 __all__ = ["InboxPump"]
 

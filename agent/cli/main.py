@@ -14,7 +14,7 @@ from agent.cli import (
     run,  # noqa: F401  (edge-agent run)
 )
 from agent.cli.app import app
-from agent.errors import EdgeError
+from edgecore.errors import EdgeError
 
 __all__ = ["main"]
 

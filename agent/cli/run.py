@@ -15,7 +15,7 @@ import typer
 from agent.cli.app import app
 from agent.config import load_agent_config
 from agent.deploy.machine import State
-from agent.settings import parse_override
+from edgecore.settings import parse_override
 
 __all__ = ["run"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from agent.deploy.record import Deployment, Options, Outcome, State
-from agent.durable import atomic_write_json
+from edgecore.durable import atomic_write_json
 
 __all__ = ["RECOVERY", "TRANSITIONS", "Deployment", "Event", "Machine", "Options", "Outcome", "State", "load_record"]
 
@@ -98,8 +98,8 @@ class Machine:
     def run(self, deployment: Deployment) -> Deployment:
         while not _finished(deployment):
             saved = self._enter(deployment)
-            if _finished(deployment):
-                break
+            if _finished(deployment):  # a crash loop ended it: saved and reported as it entered DONE
+                return deployment
             if saved or deployment.state in ALWAYS_RUN:
                 event = self._step(deployment)
             else:  # a state that may not be resumed correctly must not act

@@ -100,13 +100,17 @@ def _vendor(info: dict[str, str]) -> str:
 
 
 def _arch(root: Path, flags: set[str]) -> str:
+    # On the device itself, the interpreter's own architecture: it decides which runtimes' builds run here, and under
+    # emulation (qemu-user) /proc/cpuinfo describes the host's CPU, not the one the binaries are built for.
+    if root == Path("/") and platform.machine():
+        return platform.machine()
     if "lm" in flags or "sse2" in flags:
         return "x86_64"
     if "asimd" in flags:
         return "aarch64"
     if "neon" in flags:
         return "armv7l"
-    return platform.machine() if root == Path("/") else "unknown"
+    return "unknown"
 
 
 def _live_cores(root: Path) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.serving.registry import ModelRegistry, PublishedModel
+from agent.serving.published import ModelRegistry, PublishedModel
 from agent.serving.server import DEFAULT_MAX_REQUEST_BYTES, InferenceServer
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "InferenceServer", "ModelRegistry", "PublishedModel"]

@@ -1,36 +1,28 @@
 """Who may call the inference API: loopback, a bearer token, or a client certificate (mutual TLS).
 
 Off loopback the server refuses to start unless a token or mutual TLS guards it, or the operator
-wrote ``inference.insecure: true``. Health probes (``/v2/health/*``) stay open so that a
-supervisor can probe without the secret; they reveal only liveness and whether a model is loaded.
+wrote ``inference.insecure: true``. Health probes (``/v2/health/*``, gRPC ``ServerLive`` and
+``ServerReady``) stay open so that a supervisor can probe without the secret; they reveal only
+liveness and whether a model is loaded. HTTP and gRPC take the same token (gRPC in the
+``authorization`` metadata) and the same certificate files.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.errors import ConfigError
+from edgecore.addresses import is_loopback
+from edgecore.errors import ConfigError
 
-__all__ = ["Access", "is_loopback", "read_token", "server_tls_context"]
+__all__ = ["Access", "TlsFiles", "read_token", "server_tls_context"]
 
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def read_token(path: Path) -> str:
@@ -64,6 +56,30 @@ def server_tls_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSL
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """The server's certificate and key (PEM files) and, for mutual TLS, the CA its clients' certificates come from."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The HTTPS server context."""
+        return server_tls_context(self.cert, self.key, self.client_ca)
+
+    def read(self) -> tuple[bytes, bytes, bytes | None]:
+        """Certificate, key and client CA as bytes (what gRPC takes); ConfigError naming the key."""
+        def load(path: Path, key: str) -> bytes:
+            try:
+                return path.read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"inference.{key}: cannot read {path} ({exc.strerror})") from None
+
+        ca = load(self.client_ca, "client_ca") if self.client_ca is not None else None
+        return load(self.cert, "tls_cert"), load(self.key, "tls_key"), ca
+
+
+@dataclass(frozen=True)
 class Access:
     """The guard every request passes: a bearer token where one is set."""
 
@@ -71,15 +87,19 @@ class Access:
 
     def allows(self, path: str, authorization: str | None) -> bool:
         """Whether a request for ``path`` with this Authorization header may proceed."""
-        if self.token is None or path in OPEN_PATHS:
+        return path in OPEN_PATHS or self.permits(authorization)
+
+    def permits(self, authorization: str | None) -> bool:
+        """Whether an Authorization value (``Bearer <token>``) opens what the token guards."""
+        if self.token is None:
             return True
         scheme, _, given = (authorization or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
     @staticmethod
-    def check_exposure(host: str, token: str | None, tls: ssl.SSLContext | None, insecure: bool) -> None:
+    def check_exposure(host: str, token: str | None, tls: TlsFiles | None, insecure: bool) -> None:
         """Refuse to serve off loopback without a token or mutual TLS, unless ``insecure``."""
-        mutual = tls is not None and tls.verify_mode == ssl.CERT_REQUIRED
+        mutual = tls is not None and tls.client_ca is not None
         if is_loopback(host) or token is not None or mutual:
             return
         if not insecure:

@@ -1,17 +1,23 @@
-"""A small HTTP/1.1 server on asyncio: bounded, time-limited, never a thread per connection.
+"""HTTP/1.1 connections on asyncio: parsed by llhttp, bounded, time-limited, never a thread per connection.
 
 Connections live on one event loop: a client that never finishes its headers (slowloris) costs a
-coroutine and a socket, not a thread, and is cut after ``header_timeout_s``. Request bodies are
-read on the loop under ``body_timeout_s`` after their size is reserved in a shared byte budget
-(``max_inflight_bytes``); the handler then runs the request. What cannot be served now (budget,
-connection cap) gets a 503 with ``Retry-After``; what can never be served gets a 413/431. A
-response that closes the connection half-closes it and drains what the client still sends
-(a "lingering close"), so clients see the answer instead of a TCP reset.
+coroutine and a socket, not a thread, and is cut after ``header_timeout_s``. The head (request line
+to the blank line, at most ``max_header_bytes``) is parsed by llhttp (``http_head``); the request
+is then admitted (who may call, is there room in the queue and the byte budget) before its body is
+read, so a refusal costs no memory. ``Expect: 100-continue`` gets its ``100 Continue`` when the
+request is admitted, or the final refusal at once. Bodies are read on the loop under
+``body_timeout_s``: a ``Content-Length`` body in one read, a chunked one chunk by chunk, each
+chunk reserved in the budget as it comes and the whole capped at ``max_request_bytes``. What
+cannot be served now (budget, connection cap) gets a 503 with ``Retry-After``; what can never be
+served gets a 413/431. A response that closes the connection half-closes it and drains what the
+client still sends (a "lingering close"), so clients see the answer instead of a TCP reset.
 
 Per request the loop does as little as it can (it is the one thread every request passes through):
-time limits are ``asyncio.timeout`` scopes rather than ``wait_for`` tasks, and a body, whose bytes
-the budget already holds, is read without the header limit's flow control, which would otherwise
-pause and resume the socket every 128 KiB (see ``_read_body``).
+time limits are ``asyncio.timeout`` scopes rather than ``wait_for`` tasks; a body, whose bytes the
+budget already holds, is read without the header limit's flow control, which would otherwise
+pause and resume the socket every 128 KiB (``http_body.read_body``); and the answers to pipelined
+``GET``/``HEAD`` requests whose heads are already buffered leave together in one write (a send
+system call per answer costs more than the answer), while anything else first flushes what is held.
 """
 
 from __future__ import annotations
@@ -21,37 +27,25 @@ import contextlib
 import json
 import logging
 import socket
-import sys
-import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http import HTTPStatus
-from typing import TypeVar
 
-__all__ = ["ByteBudget", "HttpLimits", "Request", "Response", "serve_connection"]
+from agent.serving.budget import ByteBudget
+from agent.serving.http_body import BodyRefused, ClientGone, discard, read_body, read_chunked, within
+from agent.serving.http_head import BadRequest, Incoming, Request, parse_head
+
+__all__ = ["HttpLimits", "Request", "Response", "error", "json_response", "serve_connection"]
 
 log = logging.getLogger(__name__)
 
 _LINGER_S = 2.0
 _LINGER_BYTES = 64 * 2**20
-_BODY_LIMIT_MAX = 4 * 2**20  # a body up to twice this is read without flow-control pauses
-
-T = TypeVar("T")
-
-if sys.version_info >= (3, 11):
-
-    async def _within(seconds: float, awaitable: Awaitable[T]) -> T:
-        """``await awaitable``, raising TimeoutError after ``seconds`` (a scope: no extra task)."""
-        async with asyncio.timeout(seconds):
-            return await awaitable
-
-else:
-
-    async def _within(seconds: float, awaitable: Awaitable[T]) -> T:
-        try:
-            return await asyncio.wait_for(awaitable, seconds)
-        except asyncio.TimeoutError:
-            raise TimeoutError from None
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_HELD_MAX = 32  # answers held for one write at most
+_LARGE = 2**16  # a body this large is written on its own, not copied into a joined buffer
 
 
 @dataclass(frozen=True)
@@ -64,18 +58,6 @@ class HttpLimits:
     body_timeout_s: float = 60.0  # to receive the whole body
     idle_timeout_s: float = 60.0  # a keep-alive connection waiting for its next request
     max_connections: int = 2048
-
-
-@dataclass
-class Request:
-    """One parsed request; header names are lower case."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes = b""
-    peer: str = ""
-    reserved: int = 0  # bytes held in the budget for this request; the handler may add more
 
 
 @dataclass
@@ -101,34 +83,10 @@ def error(status: int, message: str, headers: dict[str, str] | None = None, clos
     return json_response(status, {"error": message}, headers, close)
 
 
-class ByteBudget:
-    """Bytes held by requests in flight, capped; thread-safe (workers release)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._lock = threading.Lock()
-
-    def try_reserve(self, amount: int) -> bool:
-        """Reserve ``amount`` bytes if they fit under the limit."""
-        with self._lock:
-            if self.used + amount > self.limit:
-                return False
-            self.used += amount
-            return True
-
-    def release(self, amount: int) -> None:
-        """Give back what try_reserve took."""
-        with self._lock:
-            self.used -= amount
-
-
 Handler = Callable[[Request], Awaitable[Response]]
+# Called once the head is parsed with the body's length (for a chunked body: 0 at its head, then
+# again with its size once it has arrived); reserves the request's memory or returns the refusal.
 Admit = Callable[[Request, int], Response | None]
-
-
-class _Closed(Exception):
-    """The client went away or broke the framing: drop the connection quietly."""
 
 
 async def serve_connection(
@@ -142,29 +100,45 @@ async def serve_connection(
 ) -> None:
     """Serve one connection's requests in turn until it closes, times out or misbehaves."""
     peer = _peer(writer)
+    incoming: Incoming | None = None
+    out = _Output(writer)
     sock = writer.get_extra_info("socket")
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         if over_capacity:
-            await _send(writer, error(503, "too many connections; retry later", {"Retry-After": "1"}, close=True))
+            await out.send(error(503, "too many connections; retry later", {"Retry-After": "1"}, close=True))
             await _linger(reader, writer)
             return
         while True:
-            request = await _read_head(reader, writer, limits, peer)
-            if request is None:
+            if out.held and not _head_buffered(reader):
+                await out.flush()  # nothing more is ready to answer: send what is held before waiting
+            head = await _read_head(reader, out, limits)
+            if head is None:
                 return
-            response = await _serve_one(reader, writer, request, limits, budget, admit, handler)
-            await _send(writer, response)
+            request, incoming = parse_head(head, peer, incoming)
+            if request.method not in ("GET", "HEAD"):
+                await out.flush()  # a body to read or work that may take long: earlier answers leave first
+            response = await _serve_one(reader, writer, request, incoming, limits, budget, admit, handler)
+            if not request.keep_alive:
+                response.close = True
+            await out.send(response, keep_alive_10=request.version == "1.0", hold=not response.close)
             if response.close:
                 await _linger(reader, writer)
                 return
-    except (_Closed, ConnectionError, asyncio.IncompleteReadError):
+    except BadRequest as exc:
+        await out.send(error(exc.status, str(exc), close=True))
+        await _linger(reader, writer)
+    except (ClientGone, ConnectionError, asyncio.IncompleteReadError):
         pass
     except Exception:
         log.exception("connection from %s failed", peer)
     finally:
+        with contextlib.suppress(Exception):
+            await out.flush()  # answers already given, when the client is still there to read them
+        if incoming is not None:
+            incoming.release()
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
@@ -174,138 +148,138 @@ async def _serve_one(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     request: Request,
+    incoming: Incoming,
     limits: HttpLimits,
     budget: ByteBudget,
     admit: Admit,
     handler: Handler,
 ) -> Response:
-    length, problem = _content_length(request, limits)
-    if problem is not None:
-        return problem
+    expect = request.headers.get("expect")
+    if expect is not None and expect.lower() != "100-continue":
+        return error(417, f"Expect '{expect[:60]}' is not supported; only 100-continue is", close=True)
+    length = request.content_length
+    if length > limits.max_request_bytes:
+        return error(413, f"request is {length} bytes; the limit is {limits.max_request_bytes}", close=True)
     refusal = admit(request, length)
     if refusal is not None:
-        # Read and drop the body so the connection stays usable; a refusal costs no memory.
-        await _discard(reader, length, limits.body_timeout_s)
+        if expect is not None or request.chunked:
+            refusal.close = True  # the body is not read: the client may not send it, or it has no known end
+        else:  # read and drop the body so the connection stays usable; a refusal costs no memory
+            await discard(reader, length, limits.body_timeout_s)
         return refusal
     try:
-        if length:
-            request.body = await _read_body(reader, length, limits.body_timeout_s)
-        response = await handler(request)
+        if expect is not None and (length or request.chunked):
+            writer.write(_CONTINUE)
+        if request.chunked:
+            refusal = await _receive_chunked(reader, request, incoming, limits, budget, admit)
+            if refusal is not None:
+                return refusal
+        elif length:
+            request.body = await read_body(reader, length, limits.body_timeout_s)
+        return await handler(request)
     finally:
         budget.release(request.reserved)
-    if request.headers.get("connection", "").lower() == "close":
-        response.close = True
-    return response
 
 
-async def _read_head(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limits: HttpLimits, peer: str
-) -> Request | None:
+async def _read_head(reader: asyncio.StreamReader, out: _Output, limits: HttpLimits) -> bytes | None:
     """The next request's line and headers; None when the client closed or idled out."""
     try:
-        first = await _within(limits.idle_timeout_s, reader.read(1))
+        first = await within(limits.idle_timeout_s, reader.read(1))
     except TimeoutError:
         return None
     if not first:
         return None
     try:
-        rest = await _within(limits.header_timeout_s, reader.readuntil(b"\r\n\r\n"))
+        rest = await within(limits.header_timeout_s, reader.readuntil(b"\r\n\r\n"))
     except TimeoutError:
-        await _send(writer, error(408, f"headers not received within {limits.header_timeout_s:g} s", close=True))
-        raise _Closed from None
+        await out.send(error(408, f"headers not received within {limits.header_timeout_s:g} s", close=True))
+        raise ClientGone from None
     except asyncio.LimitOverrunError:
-        await _send(writer, error(431, f"request headers exceed {limits.max_header_bytes} bytes", close=True))
-        raise _Closed from None
-    head = (first + rest).decode("latin-1")
-    request = _parse_head(head, peer)
-    if request is None:
-        await _send(writer, error(400, "malformed HTTP request line or header", close=True))
-        raise _Closed
-    return request
+        await out.send(error(431, f"request headers exceed {limits.max_header_bytes} bytes", close=True))
+        raise ClientGone from None
+    return first + rest
 
 
-def _parse_head(head: str, peer: str) -> Request | None:
-    lines = head.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        return None
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            return None
-        headers[name.lower()] = value.strip()
-    if parts[2] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
-        headers["connection"] = "close"
-    return Request(parts[0], parts[1], headers, peer=peer)
+def _head_buffered(reader: asyncio.StreamReader) -> bool:
+    """Whether the reader already holds the next request's whole head (a pipelining client)."""
+    buffer = getattr(reader, "_buffer", b"")
+    return b"\r\n\r\n" in buffer
 
 
-def _content_length(request: Request, limits: HttpLimits) -> tuple[int, Response | None]:
-    if "transfer-encoding" in request.headers:
-        return 0, error(411, "chunked bodies are not accepted: send Content-Length", close=True)
-    raw = request.headers.get("content-length")
-    if raw is None:
-        return 0, None
-    if not raw.isdigit():
-        return 0, error(400, f"Content-Length '{raw[:40]}' is not a non-negative integer", close=True)
-    length = int(raw)
-    if length > limits.max_request_bytes:
-        return length, error(413, f"request is {length} bytes; the limit is {limits.max_request_bytes}", close=True)
-    return length, None
+async def _receive_chunked(
+    reader: asyncio.StreamReader, request: Request, incoming: Incoming, limits: HttpLimits, budget: ByteBudget,
+    admit: Admit,
+) -> Response | None:
+    """Read a chunked body into ``request.body``, then admit its size; the refusal, or None.
 
-
-async def _read_body(reader: asyncio.StreamReader, length: int, timeout: float) -> bytes:
-    """The body, within ``timeout``.
-
-    The reader's limit is the header limit (64 KiB), and a StreamReader pauses the socket whenever
-    it buffers more than twice its limit: a 600 KB body would pause and resume reading four times,
-    each a trip through the loop and two epoll calls. The body's bytes are already reserved in the
-    budget, so for its read the limit is raised to half its size (at most ``_BODY_LIMIT_MAX``): the
-    buffer then holds the body plus at most one socket read (256 KiB) of what follows it.
+    While they arrive, the chunks are held in the budget under ``request.reserved`` (released by
+    the caller whatever happens); once the size is known that is swapped for what ``admit``
+    reserves for the whole request, JSON weight included.
     """
-    header_limit = getattr(reader, "_limit", None)
-    if isinstance(header_limit, int):
-        setattr(reader, "_limit", max(header_limit, min((length + 1) // 2, _BODY_LIMIT_MAX)))  # noqa: B010
     try:
-        return await _within(timeout, reader.readexactly(length))
-    except TimeoutError:
-        raise _Closed from None
-    finally:
-        if isinstance(header_limit, int):
-            setattr(reader, "_limit", header_limit)  # noqa: B010
+        body = await read_chunked(reader, request, incoming, limits.max_request_bytes, budget, limits.body_timeout_s)
+    except BodyRefused as refused:
+        return error(refused.status, str(refused), {"Retry-After": "1"} if refused.status == 503 else None, close=True)
+    budget.release(request.reserved)
+    request.reserved = 0
+    refusal = admit(request, len(body))
+    if refusal is None:
+        request.body = body
+    return refusal
 
 
-async def _discard(reader: asyncio.StreamReader, length: int, timeout: float) -> None:
-    async def drain() -> None:
-        left = length
-        while left > 0:
-            chunk = await reader.read(min(left, 2**20))
-            if not chunk:
-                raise _Closed
-            left -= len(chunk)
-
-    try:
-        await _within(timeout, drain())
-    except TimeoutError:
-        raise _Closed from None
+_date_cache: list[tuple[int, str]] = [(0, "")]
 
 
-async def _send(writer: asyncio.StreamWriter, response: Response) -> None:
+def _date() -> str:
+    """The IMF-fixdate of this second (RFC 9110 6.6.1), formatted once a second."""
+    now = int(time.time())
+    second, text = _date_cache[0]
+    if second != now:
+        text = formatdate(now, usegmt=True)
+        _date_cache[0] = (now, text)
+    return text
+
+
+class _Output:
+    """A connection's answers on their way out: held while more pipelined answers follow, then one write."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.held: list[bytes] = []
+
+    async def send(self, response: Response, keep_alive_10: bool = False, hold: bool = False) -> None:
+        """Write ``response`` after what is held; with ``hold``, a small one may wait for the next."""
+        head, body = _render(response, keep_alive_10 and not response.close)
+        if len(body) < _LARGE:
+            self.held.append(head + body)  # one segment for head and body, whatever Nagle does
+            if not hold or len(self.held) >= _HELD_MAX:
+                await self.flush()
+            return
+        self.held.append(head)
+        await self.flush()
+        self.writer.write(body)
+        await self.writer.drain()
+
+    async def flush(self) -> None:
+        if self.held:
+            self.writer.write(self.held[0] if len(self.held) == 1 else b"".join(self.held))
+            self.held.clear()
+            await self.writer.drain()
+
+
+def _render(response: Response, keep_alive_10: bool) -> tuple[bytes, bytes]:
+    """The head and the body of an answer."""
     reason = HTTPStatus(response.status).phrase if response.status in HTTPStatus._value2member_map_ else ""
-    lines = [f"HTTP/1.1 {response.status} {reason}", f"Content-Type: {response.content_type}",
+    lines = [f"HTTP/1.1 {response.status} {reason}", f"Date: {_date()}", f"Content-Type: {response.content_type}",
              f"Content-Length: {len(response.body)}"]
-    body = b"" if response.head_only else response.body
     lines += [f"{key}: {value}" for key, value in response.headers.items()]
     if response.close:
         lines.append("Connection: close")
+    elif keep_alive_10:
+        lines.append("Connection: keep-alive")  # an HTTP/1.0 client closes unless told otherwise
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    # One write for small answers: head and body in one segment, whatever Nagle does.
-    writer.write(head + body if len(body) < 2**16 else head)
-    if len(body) >= 2**16:
-        writer.write(body)
-    await writer.drain()
+    return head, b"" if response.head_only else response.body
 
 
 async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -323,7 +297,7 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                     return
                 total += len(chunk)
 
-        await _within(_LINGER_S, drain())
+        await within(_LINGER_S, drain())
 
 
 def _peer(writer: asyncio.StreamWriter) -> str:

@@ -23,14 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from agent.backends.base import TensorSpec
-from agent.errors import UserError
+from edgecore.backends.base import TensorSpec
+from edgecore.errors import UserError
 
 __all__ = [
     "MAX_DIM",
     "InferRequest",
+    "array_from_raw",
+    "array_to_raw",
+    "check_input",
     "datatype_of",
     "encode_response",
+    "numpy_dtype",
     "parse_request",
     "platform_of",
     "runtime_feeds",
@@ -74,6 +78,11 @@ class InferRequest:
 def datatype_of(dtype: str) -> str:
     """KServe datatype name of a numpy dtype string (``float32`` -> ``FP32``)."""
     return _NUMPY_TO_DATATYPE.get(dtype, "BYTES")
+
+
+def numpy_dtype(datatype: str) -> np.dtype[Any]:
+    """The numpy dtype of a KServe datatype (``BYTES``: object)."""
+    return np.dtype(_DATATYPES[datatype])
 
 
 def platform_of(backend: str) -> str:
@@ -180,29 +189,35 @@ def _decode_input(
     if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
         raise UserError("each input must be an object with a 'name'")
     name = tensor["name"]
+    datatype, shape = check_input(name, tensor.get("datatype"), tensor.get("shape"), specs)
+    size = _parameters(tensor, f"'parameters' of input '{name}'").get("binary_data_size")
+    if size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
+            raise UserError(f"input '{name}' declares {size} binary bytes; {len(binary) - offset} remain")
+        return name, array_from_raw(name, datatype, shape, binary[offset:offset + size]), size
+    if "data" not in tensor:
+        raise UserError(f"input '{name}' has neither 'data' nor binary_data_size")
+    return name, _from_json(name, datatype, shape, tensor["data"]), 0
+
+
+def check_input(name: str, datatype: Any, shape: Any, specs: Mapping[str, TensorSpec]) -> tuple[str, list[int]]:
+    """An input's datatype and shape, once its name, datatype and shape are checked (UserError naming it)."""
     spec = specs.get(name)
     if spec is None:
         raise UserError(f"unknown input '{name}': the model's inputs are {sorted(specs)}")
     want = datatype_of(spec.dtype)
-    if tensor.get("datatype") != want:
-        raise UserError(f"input '{name}' expects datatype {want}, got {tensor.get('datatype')}")
-    shape = tensor.get("shape")
+    if datatype != want:
+        raise UserError(f"input '{name}' expects datatype {want}, got {datatype}")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise UserError(f"input '{name}' needs a 'shape' list of non-negative integers")
     too_big = next((d for d in shape if d > MAX_DIM), None)
     if too_big is not None:
         raise UserError(f"input '{name}' shape dimension {too_big} exceeds {MAX_DIM} (int64)")
-    size = _parameters(tensor, f"'parameters' of input '{name}'").get("binary_data_size")
-    if size is not None:
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
-            raise UserError(f"input '{name}' declares {size} binary bytes; {len(binary) - offset} remain")
-        return name, _from_binary(name, want, shape, binary[offset:offset + size]), size
-    if "data" not in tensor:
-        raise UserError(f"input '{name}' has neither 'data' nor binary_data_size")
-    return name, _from_json(name, want, shape, tensor["data"]), 0
+    return want, shape
 
 
-def _from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) -> np.ndarray:
+def array_from_raw(name: str, datatype: str, shape: list[int], raw: memoryview | bytes) -> np.ndarray:
+    """Input ``name`` from its raw bytes: little-endian elements, or length-prefixed BYTES elements."""
     count = math.prod(shape)
     if datatype == "BYTES":
         return _bytes_elements(name, shape, count, raw)
@@ -215,7 +230,7 @@ def _from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) ->
     return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
-def _bytes_elements(name: str, shape: list[int], count: int, raw: memoryview) -> np.ndarray:
+def _bytes_elements(name: str, shape: list[int], count: int, raw: memoryview | bytes) -> np.ndarray:
     items: list[bytes] = []
     pos = 0
     while pos < len(raw) and len(items) <= count:
@@ -267,7 +282,7 @@ def encode_response(
             "shape": list(value.shape),
         }
         if request.wants_binary(name):
-            raw = _to_binary(value)
+            raw = array_to_raw(value)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
@@ -282,7 +297,8 @@ def encode_response(
     return b"".join([header, *chunks]), len(header)
 
 
-def _to_binary(value: np.ndarray) -> bytes:
+def array_to_raw(value: np.ndarray) -> bytes:
+    """An output's raw bytes, as ``array_from_raw`` reads them."""
     if value.dtype.kind in "OUS":
         parts = []
         for item in value.reshape(-1):

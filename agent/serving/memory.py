@@ -7,8 +7,11 @@ Two guards, because neither is enough alone:
   exceed ``max_response_bytes`` before the model runs.
 - ``limit_address_space`` sets the process's soft ``RLIMIT_AS``, so an allocation the forecast
   could not see (a data-dependent shape, a huge intermediate) fails inside the runtime, which
-  raises, instead of the kernel's OOM killer ending the agent. It is skipped where an NVIDIA driver
-  is present: CUDA reserves far more address space than the device has memory.
+  raises, instead of the kernel's OOM killer ending the agent. The automatic cap is what the process
+  maps now plus what it may still use: the machine's memory, or less where a memory cgroup (v1 or
+  v2: a container, systemd's ``MemoryMax=``) allows less than that (``edgecore.memory_limit``). It is
+  skipped where an NVIDIA driver is present: CUDA reserves far more address space than the device
+  has memory.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.backends.base import TensorSpec
+from edgecore.backends.base import TensorSpec
+from edgecore.memory_limit import CGROUP_ROOT, PROC_ROOT, cgroup_memory, physical_memory
 
-__all__ = ["forecast_output_bytes", "is_out_of_memory", "limit_address_space"]
+__all__ = ["forecast_output_bytes", "is_out_of_memory", "limit_address_space", "usable_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +54,16 @@ def forecast_output_bytes(inputs: list[TensorSpec], outputs: list[TensorSpec], f
     return sizes
 
 
-def limit_address_space(limit_mb: int | None, dev_root: Path = Path("/dev")) -> int | None:
-    """Cap the soft RLIMIT_AS: ``None`` picks mapped-now + physical memory, 0 leaves it; the cap or None."""
+def limit_address_space(limit_mb: int | None, dev_root: Path = Path("/dev"), cgroup_root: Path = CGROUP_ROOT,
+                        proc_root: Path = PROC_ROOT) -> int | None:
+    """Cap the soft RLIMIT_AS: ``None`` picks mapped-now + the memory still usable, 0 leaves it; the cap or None."""
     if limit_mb == 0:
         return None
     if limit_mb is None:
         if any((dev_root / Path(node).name).exists() for node in _NVIDIA_NODES):
             log.info("inference memory cap: not set (an NVIDIA driver is present; CUDA needs the address space)")
             return None
-        limit = _mapped_bytes() + _physical_bytes()
+        limit = _mapped_bytes(proc_root) + usable_bytes(cgroup_root, proc_root)
     else:
         limit = limit_mb * 2**20
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -77,15 +82,19 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return any(word in text for word in ("bad_alloc", "bad allocation", "failed to allocate", "out of memory", "cannot allocate"))
 
 
-def _mapped_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def usable_bytes(cgroup_root: Path = CGROUP_ROOT, proc_root: Path = PROC_ROOT) -> int:
+    """Memory this process may still use: the machine's, or what its memory cgroup has left when that is less."""
+    physical = physical_memory(proc_root) or 8 * 2**30
+    cgroup = cgroup_memory(cgroup_root, proc_root)
+    if cgroup is None or cgroup.available >= physical:
+        return physical
+    log.info("memory cgroup v%d %s: limit %d MiB, %d MiB in use", cgroup.version, cgroup.path,
+             cgroup.limit // 2**20, cgroup.working_set // 2**20)
+    return cgroup.available
+
+
+def _mapped_bytes(proc_root: Path) -> int:
+    for line in (proc_root / "self" / "status").read_text().splitlines():
         if line.startswith("VmSize:"):
             return int(line.split()[1]) * 1024
     return 0
-
-
-def _physical_bytes() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1]) * 1024
-    return 8 * 2**30

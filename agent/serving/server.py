@@ -1,13 +1,12 @@
-"""The local inference HTTP server: KServe v2 / Open Inference Protocol REST routes plus ``/metrics``.
+"""The local inference server: KServe v2 / Open Inference Protocol REST routes plus ``/metrics``, and gRPC.
 
-Connections are served on one asyncio event loop (``http11``), so idle and slow clients cost no
-thread; inference runs on a fixed pool of ``workers`` threads behind a queue of at most
-``max_queue`` requests. Every request body is reserved in a byte budget (``max_inflight_bytes``;
-a JSON body counts ``JSON_WEIGHT`` times its size, what Python objects cost while decoding). What
-does not fit now is answered 503 with ``Retry-After``; what never fits, 413. Outputs whose size
-the input shapes determine are forecast before the model runs and refused above
-``max_response_bytes``; an allocation failure inside the runtime answers 500 and the server keeps
-serving. Every error is the protocol's JSON ``{"error": ...}``.
+Connections are served on one asyncio event loop (``http11``; with ``grpc_port``, the gRPC server
+of ``grpc_server`` on the same loop), so idle and slow clients cost no thread; inference runs on
+the shared ``InferencePool`` (``pool``): a fixed number of worker threads behind a bounded queue.
+Every request body is reserved in a byte budget (``max_inflight_bytes``; a JSON body counts
+``JSON_WEIGHT`` times its size, what Python objects cost while decoding). What does not fit now is
+answered 503 with ``Retry-After``; what never fits, 413. An allocation failure inside the runtime
+answers 500 and the server keeps serving. Every error is the protocol's JSON ``{"error": ...}``.
 """
 
 from __future__ import annotations
@@ -17,47 +16,39 @@ import contextlib
 import logging
 import re
 import socket
-import ssl
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import numpy as np
+
 from agent import __version__
-from agent.errors import ConfigError, EdgeError, NotFoundError, UserError
-from agent.serving.access import Access, read_token, server_tls_context
-from agent.serving.http11 import ByteBudget, HttpLimits, Request, Response, error, json_response, serve_connection
-from agent.serving.kserve import encode_response, parse_request, platform_of, runtime_feeds, tensor_metadata
-from agent.serving.memory import forecast_output_bytes, is_out_of_memory, limit_address_space
-from agent.serving.registry import ModelRegistry
-from agent.telemetry import prometheus_text
+from agent.serving.access import Access, TlsFiles, read_token
+from agent.serving.http11 import HttpLimits, Request, Response, error, json_response, serve_connection
+from agent.serving.kserve import InferRequest, encode_response, parse_request, platform_of, tensor_metadata
+from agent.serving.memory import limit_address_space
+from agent.serving.metrics import CONTENT_TYPE, metrics_renderer
+from agent.serving.pool import JSON_WEIGHT, Failure, InferencePool, QueueFull, ServingLimits, check_version, describe_failure
+from agent.serving.published import ModelRegistry, PublishedModel
+from edgecore.errors import ConfigError
+
+if TYPE_CHECKING:  # grpcio is an optional extra: imported only when grpc_port is set
+    from agent.serving.grpc_server import GrpcServer
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "JSON_WEIGHT", "InferenceServer", "ServingLimits"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES = 64 * 2**20
-JSON_WEIGHT = 8  # a JSON number of ~4 characters becomes a 32-byte Python float while decoding
 BACKLOG = 1024
 _MODEL_ROUTE = re.compile(r"^/v2/models/([^/]+)(?:/versions/([^/]+))?(/ready|/infer)?$")
 _HEADER_LENGTH = "inference-header-content-length"
-
-
-@dataclass(frozen=True)
-class ServingLimits:
-    """Concurrency and memory bounds of the server (configs/agent.yaml ``inference.*``)."""
-
-    workers: int = 4
-    max_queue: int = 64
-    max_inflight_bytes: int = 256 * 2**20
-    max_response_bytes: int = 64 * 2**20
+_STATUS = {Failure.NOT_FOUND: 404, Failure.INVALID: 400, Failure.INTERNAL: 500}
 
 
 class InferenceServer:
-    """Serves a ModelRegistry over HTTP(S) on ``host:port`` (port 0 picks a free one)."""
+    """Serves a ModelRegistry over HTTP(S) on ``host:port`` (port 0 picks a free one), and gRPC on ``grpc_port``."""
 
     def __init__(
         self,
@@ -70,28 +61,29 @@ class InferenceServer:
         limits: ServingLimits = ServingLimits(),
         http: HttpLimits | None = None,
         token: str | None = None,
-        tls: ssl.SSLContext | None = None,
+        tls: TlsFiles | None = None,
         insecure: bool = False,
         memory_limit_mb: int | None = 0,
+        grpc_port: int | None = None,
     ) -> None:
         Access.check_exposure(host, token, tls, insecure)
         self.registry = registry
-        self.device_metrics = device_metrics
         self.limits = limits
         self.http = http or HttpLimits(max_request_bytes=max_request_bytes)
         self.max_request_bytes = self.http.max_request_bytes
         self.access = Access(token)
-        self.budget = ByteBudget(limits.max_inflight_bytes)
+        self.pool = InferencePool(registry, limits)
+        self.budget = self.pool.budget
+        self._render_metrics = metrics_renderer(self.pool, device_metrics)
         self._tls = tls
+        self._ssl = tls.ssl_context() if tls is not None else None
         self._memory_limit_mb = memory_limit_mb  # applied by start(): None = auto, 0 = leave the process alone
-        self._pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="inference")
-        self._pending = 0
-        self._pending_lock = threading.Lock()
         self._connections: set[asyncio.Task[None]] = set()
         self._sock = socket.create_server((host, port), family=_family(host), backlog=BACKLOG, reuse_port=False)
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
+        self.grpc = self._grpc_server(host, grpc_port) if grpc_port is not None else None
 
     @classmethod
     def from_settings(cls, registry: ModelRegistry, settings: Any,
@@ -102,7 +94,7 @@ class InferenceServer:
         if (settings.tls_cert is None) != (settings.tls_key is None):
             raise ConfigError("inference.tls_cert and inference.tls_key must be given together")
         if settings.tls_cert is not None:
-            tls = server_tls_context(settings.tls_cert, settings.tls_key, settings.client_ca)
+            tls = TlsFiles(settings.tls_cert, settings.tls_key, settings.client_ca)
         elif settings.client_ca is not None:
             raise ConfigError("inference.client_ca needs inference.tls_cert and tls_key")
         limits = ServingLimits(workers=settings.workers, max_queue=settings.max_queue,
@@ -111,9 +103,19 @@ class InferenceServer:
         http = HttpLimits(max_request_bytes=settings.max_request_bytes, header_timeout_s=settings.header_timeout_s,
                           body_timeout_s=settings.body_timeout_s, idle_timeout_s=settings.idle_timeout_s,
                           max_connections=settings.max_connections)
-        server = cls(registry, settings.host, settings.port, device_metrics=device_metrics, limits=limits, http=http,
-                     token=token, tls=tls, insecure=settings.insecure, memory_limit_mb=settings.memory_limit_mb)
-        return server
+        return cls(registry, settings.host, settings.port, device_metrics=device_metrics, limits=limits, http=http,
+                   token=token, tls=tls, insecure=settings.insecure, memory_limit_mb=settings.memory_limit_mb,
+                   grpc_port=settings.grpc_port)
+
+    def _grpc_server(self, host: str, port: int) -> GrpcServer:
+        try:
+            from agent.serving.grpc_server import GrpcLimits, GrpcServer
+        except ImportError as exc:
+            raise ConfigError(f"inference.grpc_port is set but gRPC cannot be served ({exc}): "
+                              "install the agent's grpc extra (pip install 'edgectl[grpc]')") from None
+        limits = GrpcLimits(self.http.max_request_bytes, self.limits.max_response_bytes, self.http.max_connections,
+                            self.http.idle_timeout_s)
+        return GrpcServer(self.pool, self.access, host, port, limits, self._tls)
 
     @property
     def port(self) -> int:
@@ -131,8 +133,10 @@ class InferenceServer:
         """Cap the address space (when asked), then serve in a background daemon thread."""
         limit_address_space(self._memory_limit_mb)
         self._server = self._loop.run_until_complete(asyncio.start_server(
-            self._connection, sock=self._sock, ssl=self._tls, limit=self.http.max_header_bytes, backlog=BACKLOG,
-            ssl_handshake_timeout=self.http.header_timeout_s if self._tls else None))
+            self._connection, sock=self._sock, ssl=self._ssl, limit=self.http.max_header_bytes, backlog=BACKLOG,
+            ssl_handshake_timeout=self.http.header_timeout_s if self._ssl else None))
+        if self.grpc is not None:
+            self._loop.run_until_complete(self.grpc.start())
         self._thread = threading.Thread(target=self._loop.run_forever, name="inference-http", daemon=True)
         self._thread.start()
         log.info("local inference API on %s", self.url)
@@ -148,9 +152,11 @@ class InferenceServer:
         if not self._loop.is_running():
             self._loop.close()
         self._sock.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.pool.close()
 
     async def _close(self) -> None:
+        if self.grpc is not None:
+            await self.grpc.stop()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -178,20 +184,20 @@ class InferenceServer:
         cost = length
         if request.method == "POST":
             header = request.headers.get(_HEADER_LENGTH)
-            json_part = int(header) if header is not None and header.isdigit() else length
-            cost = length + JSON_WEIGHT * min(json_part, length)
+            json_part = _digits(header) if header is not None else length
+            if header is not None and json_part is None:
+                return error(400, f"Inference-Header-Content-Length '{header[:40]}' is not a non-negative integer")
+            cost = length + JSON_WEIGHT * min(json_part or 0, length)
         if cost > self.budget.limit:
-            return error(413, f"request would hold {cost} bytes while decoding (JSON counts {JSON_WEIGHT}x) and the "
-                              f"in-flight limit is {self.budget.limit}: send large tensors as binary data", close=True)
-        if request.method == "POST" and self._queue_full():
+            return error(413, f"request would hold {cost} bytes while decoding (JSON counts {JSON_WEIGHT}x on top of its own "
+                              f"size, {JSON_WEIGHT + 1}x in all) and the in-flight limit is {self.budget.limit}: "
+                              "send large tensors as binary data", close=True)
+        if request.method == "POST" and self.pool.queue_full():
             return error(503, "inference queue is full; retry later", {"Retry-After": "1"})
         if not self.budget.try_reserve(cost):
             return error(503, "too many bytes in flight; retry later", {"Retry-After": "1"})
         request.reserved = cost
         return None
-
-    def _queue_full(self) -> bool:
-        return self._pending >= self.limits.workers + self.limits.max_queue
 
     async def _handle(self, request: Request) -> Response:
         path = request.path.split("?", 1)[0]
@@ -213,22 +219,31 @@ class InferenceServer:
             ready = bool(self.registry.names())
             return json_response(200 if ready else 503, {"ready": ready})
         if path in ("/v2", "/v2/"):
-            return json_response(200, {"name": "edge-agent", "version": __version__, "extensions": ["binary_tensor_data"]})
+            return json_response(200, {"name": "edge-agent", "version": __version__,
+                                       "extensions": ["binary_tensor_data", "model_repository"]})
+        if path == "/v2/repository/index":  # the protocol's model repository extension (Triton's answer: a list)
+            return json_response(200, self.registry.index())
+        if path == "/v2/models":
+            return json_response(200, {"models": self.registry.index()})
         if path == "/metrics":
-            device = self.device_metrics() if self.device_metrics else None
-            body = prometheus_text(self.registry.telemetry(), device).encode()
-            return Response(200, body, "text/plain; version=0.0.4; charset=utf-8")
+            return Response(200, self._render_metrics(), CONTENT_TYPE)
         match = _MODEL_ROUTE.match(path)
         assert match is not None  # _allowed_methods matched it
         name, version, action = unquote(match.group(1)), match.group(2), match.group(3)
         version = unquote(version) if version else None
-        if action == "/infer":
-            return await self._submit(request, name, version)
-        return _guarded(lambda: self._model_info(name, version, action))
+        try:
+            if action == "/infer":
+                return await self._infer(request, name, version)
+            return self._model_info(name, version, action)
+        except QueueFull as exc:
+            return error(503, str(exc), {"Retry-After": "1"})
+        except Exception as exc:
+            kind, message = describe_failure(exc)
+            return error(_STATUS[kind], message)
 
     def _model_info(self, name: str, version: str | None, action: str | None) -> Response:
         entry = self.registry.get(name)
-        _check_version(entry.name, entry.version, version)
+        check_version(entry.name, entry.version, version)
         if action == "/ready":
             return json_response(200, {"name": name, "ready": True})
         return json_response(200, {
@@ -240,99 +255,38 @@ class InferenceServer:
             "parameters": {"backend": entry.runner.name, "placement": str(entry.placement.get("verdict", ""))},
         })
 
-    async def _submit(self, request: Request, name: str, version: str | None) -> Response:
-        with self._pending_lock:
-            if self._queue_full():
-                return error(503, "inference queue is full; retry later", {"Retry-After": "1"})
-            self._pending += 1
-        try:
-            return await self._loop.run_in_executor(self._pool, self._infer, request, name, version)
-        finally:
-            with self._pending_lock:
-                self._pending -= 1
+    async def _infer(self, request: Request, name: str, version: str | None) -> Response:
+        header = request.headers.get(_HEADER_LENGTH)
+        header_length = _digits(header) if header is not None else None  # _admit refused one that is not digits
 
-    def _infer(self, request: Request, name: str, version: str | None) -> Response:
-        """Runs on a worker thread: decode, forecast, run, encode; every failure is a JSON answer."""
-        return _guarded(lambda: self._infer_unguarded(request, name, version))
+        def decode(entry: PublishedModel) -> InferRequest:
+            return parse_request(request.body, header_length, entry.inputs)
 
-    def _infer_unguarded(self, request: Request, name: str, version: str | None) -> Response:
-        with self.registry.acquire(name) as entry:
-            start = time.perf_counter()
-            ok = False
-            try:
-                _check_version(entry.name, entry.version, version)
-                header_length = _int_header(request.headers.get(_HEADER_LENGTH))
-                decoded = parse_request(request.body, header_length, entry.inputs)
-                feeds = runtime_feeds(decoded.feeds)
-                entry.runner.check_feeds(feeds)
-                self._check_forecast(entry.inputs, entry.outputs, feeds)
-                results = entry.runner.infer(feeds, check=False)
-                self._check_size(results, decoded.outputs)
-                payload, json_length = encode_response(name, entry.version, results, decoded)
-                ok = True
-                self.registry.remember_inputs(entry, feeds)
-            finally:
-                entry.stats.record(time.perf_counter() - start, ok)
-        if json_length is None:
-            return Response(200, payload, "application/json")
-        return Response(200, payload, "application/octet-stream", {"Inference-Header-Content-Length": str(json_length)})
+        def encode(entry: PublishedModel, results: dict[str, np.ndarray], decoded: InferRequest) -> Response:
+            payload, json_length = encode_response(entry.name, entry.version, results, decoded)
+            if json_length is None:
+                return Response(200, payload, "application/json")
+            return Response(200, payload, "application/octet-stream", {"Inference-Header-Content-Length": str(json_length)})
 
-    def _check_forecast(self, inputs: Any, outputs: Any, feeds: Any) -> None:
-        sizes = forecast_output_bytes(inputs, outputs, feeds)
-        total = sum(sizes.values())
-        if total > self.limits.max_response_bytes:
-            biggest = max(sizes, key=lambda k: sizes[k])
-            raise UserError(f"outputs would be {total} bytes ('{biggest}' alone {sizes[biggest]}); "
-                            f"the limit is {self.limits.max_response_bytes} (inference.max_response_bytes)")
-
-
-    def _check_size(self, results: dict[str, Any], asked: list[str] | None) -> None:
-        names = asked if asked is not None else list(results)
-        total = sum(getattr(results.get(n), "nbytes", 0) for n in names)
-        if total > self.limits.max_response_bytes:
-            raise UserError(f"outputs are {total} bytes; the limit is {self.limits.max_response_bytes} "
-                            "(inference.max_response_bytes)")
-
-
-def _guarded(work: Callable[[], Response]) -> Response:
-    """Run ``work``; turn every exception into the protocol's JSON error answer."""
-    try:
-        return work()
-    except NotFoundError as exc:
-        return error(404, str(exc))
-    except UserError as exc:
-        return error(400, str(exc))
-    except EdgeError as exc:
-        return error(500, str(exc))
-    except Exception as exc:
-        if is_out_of_memory(exc):
-            log.warning("inference ran out of memory: %s", str(exc).splitlines()[0][:200])
-            return error(500, "the model ran out of memory on this request; the server keeps serving")
-        log.exception("request failed")
-        return error(500, f"internal error: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}")
+        return await self.pool.run(name, version, decode, encode)
 
 
 def _allowed_methods(path: str) -> list[str] | None:
     """The methods a path answers, or None when no route has it."""
-    if path in ("/v2/health/live", "/v2/health/ready", "/v2", "/v2/", "/metrics"):
+    if path in ("/v2/health/live", "/v2/health/ready", "/v2", "/v2/", "/metrics", "/v2/models"):
         return ["GET"]
+    if path == "/v2/repository/index":
+        return ["POST"]
     match = _MODEL_ROUTE.match(path)
     if match is None:
         return None
     return ["POST"] if match.group(3) == "/infer" else ["GET"]
 
 
-def _check_version(name: str, published: str, asked: str | None) -> None:
-    if asked is not None and asked != published:
-        raise NotFoundError(f"model '{name}' version '{asked}' is not published (serving '{published}')")
-
-
-def _int_header(value: str | None) -> int | None:
-    if value is None:
-        return None
-    if not value.strip().isdigit():
-        raise UserError(f"header value '{value[:40]}' is not a non-negative integer")
-    return int(value)
+def _digits(value: str) -> int | None:
+    """The integer an ASCII-digits header value says; None for anything else (``²`` is a digit to ``str.isdigit``)."""
+    value = value.strip()
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def _family(host: str) -> socket.AddressFamily:

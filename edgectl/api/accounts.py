@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.errors import NotFoundError, UserError
+from edgecore.errors import NotFoundError, UserError
 from edgectl.controller.accounts import ROLES, Role, TokenRow, UserRow
 from edgectl.controller.store import Store
 
-__all__ = ["Accounts", "Principal", "hash_token", "parse_role"]
+__all__ = ["MAX_TOKEN_DAYS", "Accounts", "NameTaken", "Principal", "hash_token", "parse_role"]
 
 PREFIX = "edgectl_"
+MAX_TOKEN_DAYS = 3650  # the longest lifetime a token may be given; none at all is asked for by giving none
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 _TOKEN = re.compile(r"^edgectl_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 
@@ -35,6 +36,10 @@ def parse_role(text: str) -> Role:
         return Role(text)
     except ValueError:
         raise UserError(f"role {text!r}: expected one of {', '.join(r.value for r in ROLES)}") from None
+
+
+class NameTaken(UserError):
+    """A user of that name exists already (the API answers 409)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class Accounts:
                             "starting with a letter or digit")
         user = UserRow(name, role, self.clock())
         if not self.store.add_user(user):
-            raise UserError(f"user {name!r} exists already (see `edgectl users list`)")
+            raise NameTaken(f"user {name!r} exists already (see `edgectl users list`)")
         self.store.audit("user added", f"{name} as {role}", actor=actor)
         return user
 
@@ -84,8 +89,9 @@ class Accounts:
         """A new token for ``user``: (its row, the token itself, shown once and never stored)."""
         if self.store.user(user) is None:
             raise NotFoundError(f"no user {user!r}: add it first with `edgectl users add {user} --role viewer`")
-        if expires_s is not None and expires_s <= 0:
-            raise UserError("token expiry must be a positive duration")
+        if expires_s is not None and not 0 < expires_s <= MAX_TOKEN_DAYS * 86400.0:  # NaN fails both comparisons
+            raise UserError(f"token expiry must be a positive duration of at most {MAX_TOKEN_DAYS} days "
+                            "(no expiry: give none)")
         token_id = secrets.token_hex(6)
         token = f"{PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
         now = self.clock()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgectl.api.accounts import parse_role
+from edgectl.api.accounts import MAX_TOKEN_DAYS, NameTaken, parse_role
 from edgectl.api.context import ApiContext
-from edgectl.api.router import Param, Request, Response, Route
+from edgectl.api.router import ApiError, Param, Request, Response, Route
 from edgectl.controller.accounts import ROLES, Role
 
 __all__ = ["admin_routes"]
@@ -19,7 +19,8 @@ USER_SCHEMA: dict[str, Any] = {
 TOKEN_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["user"],
     "properties": {"user": {"type": "string", "minLength": 1}, "name": {"type": "string"},
-                   "expires_days": {"type": "number", "minimum": 0.001, "description": "Lifetime; none: no expiry."}},
+                   "expires_days": {"type": "number", "minimum": 0.001, "maximum": MAX_TOKEN_DAYS,
+                                    "description": "Lifetime; none: no expiry."}},
 }
 AUDIT_PARAMS = (
     Param("rollout_id", "string", "Only entries about this rollout."),
@@ -32,7 +33,13 @@ def admin_routes(ctx: ApiContext) -> list[Route]:
     accounts = ctx.accounts
 
     def health(_request: Request) -> Response:
-        return Response(200, {"status": "ok"})
+        """Inside `controller run`: the controller's own health (edgectl/controller/health.py), 503 while its store is
+        unavailable; a bare API server: liveness."""
+        health = getattr(ctx.controller, "health", None)
+        if health is None:
+            return Response(200, {"status": "ok"})
+        snapshot = health.snapshot()
+        return Response(503 if snapshot["status"] == "unavailable" else 200, snapshot)
 
     def me(request: Request) -> Response:
         assert request.principal is not None
@@ -50,7 +57,10 @@ def admin_routes(ctx: ApiContext) -> list[Route]:
 
     def add_user(request: Request) -> Response:
         body = request.values["body"]
-        return Response(201, accounts.add_user(body["name"], parse_role(body["role"]), request.actor).to_dict())
+        try:
+            return Response(201, accounts.add_user(body["name"], parse_role(body["role"]), request.actor).to_dict())
+        except NameTaken as exc:
+            raise ApiError(409, str(exc), "name") from None
 
     def remove_user(request: Request) -> Response:
         accounts.remove_user(request.path_params["name"], request.actor)
@@ -62,7 +72,8 @@ def admin_routes(ctx: ApiContext) -> list[Route]:
     def create_token(request: Request) -> Response:
         body = request.values["body"]
         days = body.get("expires_days")
-        row, token = accounts.create_token(body["user"], body.get("name", ""), days * DAY_S if days else None, request.actor)
+        row, token = accounts.create_token(body["user"], body.get("name", ""), None if days is None else days * DAY_S,
+                                           request.actor)
         return Response(201, {**row.to_dict(), "token": token})
 
     def revoke_token(request: Request) -> Response:
@@ -70,13 +81,14 @@ def admin_routes(ctx: ApiContext) -> list[Route]:
         return Response(200, {"revoked": request.path_params["token_id"]})
 
     return [
-        Route("GET", "/api/v1/health", None, "Liveness (no token needed).", health, tag="meta"),
+        Route("GET", "/api/v1/health", None, "Liveness, and inside `controller run` its store, lease, broker and ingest "
+              "(no token needed; 503 while the store is unavailable).", health, tag="meta"),
         Route("GET", "/api/v1/me", Role.VIEWER, "The caller: user, role and token id.", me, tag="meta"),
         Route("GET", "/api/v1/audit", Role.VIEWER, "The audit log: operator actions (with their actor), controller "
               "decisions, device transitions.", audit, AUDIT_PARAMS, tag="audit"),
         Route("GET", "/api/v1/users", Role.ADMIN, "List users.", users, tag="access"),
         Route("POST", "/api/v1/users", Role.ADMIN, "Add a user with a role.", add_user, body=USER_SCHEMA,
-              responses={201: "Added", 400: "Bad body or the name is taken"}, tag="access"),
+              responses={201: "Added", 409: "A user of that name exists"}, tag="access"),
         Route("DELETE", "/api/v1/users/{name}", Role.ADMIN, "Remove a user and revoke its tokens.", remove_user,
               responses={200: "Removed", 404: "No such user"}, tag="access"),
         Route("GET", "/api/v1/tokens", Role.ADMIN, "List tokens (never their secret).", tokens,

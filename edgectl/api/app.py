@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -20,6 +22,8 @@ from edgectl.config import ApiSettings, EdgectlConfig
 from edgectl.controller.accounts import Role
 from edgectl.controller.store import Store
 from edgectl.fleet import package_keys
+from edgectl.home import edgectl_home
+from edgectl.httpd import ServerLimits
 from edgectl.keys import Keyring
 
 __all__ = ["api_context", "api_routes", "start_api"]
@@ -48,9 +52,23 @@ def api_context(store: Store, config: EdgectlConfig, controller: Any = None, key
     ring = keyring or Keyring()
     settings = config.api
     ctx = ApiContext(store, Accounts(store), lambda: package_keys(ring), CollectorRegistry(), config.deploy.timeout_s,
-                     settings.max_upload_mb << 20, settings.metrics_open, controller)
+                     settings.max_upload_mb << 20, settings.metrics_open, controller, _private_paths(store))
     ctx.registry.register(FleetCollector(ctx))
+    health = getattr(controller, "health", None)
+    if health is not None:  # the controller's store, lease, broker and ingest buffer: there while the store is down
+        from edgectl.controller.health import HealthCollector
+
+        ctx.registry.register(HealthCollector(health))
     return ctx
+
+
+def _private_paths(store: Store) -> tuple[str, ...]:
+    """Where this host keeps uploads, packages and the store: named in no answer."""
+    paths = {tempfile.gettempdir(), str(edgectl_home())}
+    location = Path(store.location())
+    if location.is_absolute():  # a SQLite file (a PostgreSQL store's location is its redacted URL)
+        paths.add(str(location.parent))
+    return tuple(sorted((p.rstrip("/") for p in paths if len(p.rstrip("/")) > 1), key=len, reverse=True))
 
 
 def start_api(store: Store, config: EdgectlConfig, listen: str | None = None, controller: Any = None) -> ApiServer:
@@ -59,4 +77,6 @@ def start_api(store: Store, config: EdgectlConfig, listen: str | None = None, co
     host, port = parse_listen(listen or settings.listen)
     ctx = api_context(store, config, controller)
     tls = server_tls(settings.tls_cert, settings.tls_key)
-    return ApiServer(ctx, api_routes(ctx), host, port, tls, settings.insecure).start()
+    limits = ServerLimits(header_timeout_s=settings.header_timeout_s, idle_timeout_s=settings.idle_timeout_s,
+                          max_connections=settings.max_connections, max_per_address=settings.max_connections_per_address)
+    return ApiServer(ctx, api_routes(ctx), host, port, tls, settings.insecure, limits, settings.workers).start()

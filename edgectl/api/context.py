@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client import Counter as PromCounter
 
-from agent.protocol.envelope import TrustedKeys
+from edgecore.protocol.envelope import TrustedKeys
 from edgectl.api.accounts import Accounts
 from edgectl.controller.store import Store
 
@@ -60,6 +60,7 @@ class ApiContext:
     max_upload_bytes: int = 1 << 30
     metrics_open: bool = False
     controller: Any = None  # the Controller service when the API runs inside `controller run`
+    private_paths: tuple[str, ...] = ()  # directories of this host that no answer names (edgectl.api.server)
     timer: StoreTimer = field(init=False)
     requests: ApiMetrics = field(init=False)
 

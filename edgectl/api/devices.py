@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.errors import UserError
+from edgecore.errors import UserError
 from edgectl.api.context import ApiContext
-from edgectl.api.router import ApiError, Param, Request, Response, Route
+from edgectl.api.router import MAX_INT, ApiError, Param, Request, Response, Route
 from edgectl.controller.accounts import Role
 from edgectl.controller.history import with_rates
 from edgectl.controller.queries import DeviceQuery
@@ -19,13 +19,13 @@ LIST_PARAMS = (
     Param("status", "string", "Presence.", enum=("online", "offline", "unknown")),
     Param("target", "string", "Target profile (a trailing * matches a prefix)."),
     Param("model", "string", "Active model name (a trailing * matches a prefix)."),
-    Param("version", "integer", "Active model version.", minimum=0),
+    Param("version", "integer", "Active model version.", minimum=0, maximum=MAX_INT),
     Param("tag", "string", "Tag filter KEY=VALUE (repeatable).", repeat=True),
     Param("selector", "string", "A selector as `edgectl devices --selector` takes it: k=v[,k=v], keys id, target, "
           "model, status, agent or tag keys."),
     Param("q", "string", "Text found in the id, target, model or tags."),
     Param("limit", "integer", "Page size.", minimum=1, maximum=1000, default=100),
-    Param("offset", "integer", "Devices to skip.", minimum=0, default=0),
+    Param("offset", "integer", "Devices to skip.", minimum=0, maximum=MAX_INT, default=0),
 )
 
 
@@ -40,7 +40,7 @@ HISTORY_POINT: dict[str, Any] = {
                    "window; the rate is the agent's throughput summed over its models, or the growth of its request "
                    "counters since the point before (null across a restart or a change of model).",
     "properties": {
-        "ts": {"type": "number", "description": "The device's time of the report (Unix seconds)."},
+        "ts": {"type": "number", "description": "When the controller received the report (Unix seconds)."},
         "model": {"type": "string", "description": "Model of the latency figures; empty when none is served."},
         "version": {"type": "integer", "nullable": True},
         "p50_ms": NUMBER, "p95_ms": NUMBER, "cpu_percent": NUMBER, "memory_percent": NUMBER,
@@ -55,7 +55,8 @@ DETAIL_SCHEMA: dict[str, Any] = {
         "target": {"type": "string", "nullable": True}, "model": {"type": "string", "nullable": True},
         "version": {"type": "integer", "nullable": True}, "backend": {"type": "string", "nullable": True},
         "tags": {"type": "object"}, "hardware": {"type": "object", "nullable": True},
-        "telemetry": {"type": "object", "description": "The latest telemetry report, as the agent sent it."},
+        "telemetry": {"type": "object", "description": "The latest telemetry report, as read by the controller (its "
+                      "fields: docs/protocol.md, Device reports); empty when none came."},
         "telemetry_history": {"type": "array", "items": HISTORY_POINT,
                               "description": "Latency p50/p95, CPU, memory and inference rate over time, oldest first."},
         "latency": {"type": "array", "items": {"type": "object"}, "description": "p95 figures from telemetry and health "
@@ -72,6 +73,7 @@ def device_query(values: dict[str, Any]) -> DeviceQuery:
         terms = list(parse_selector(values["selector"] or "").terms)
     except UserError as exc:
         raise ApiError(400, str(exc), "selector") from None
+    _check_keys(terms, "selector")
     for key in ("status", "target", "model"):
         if values[key]:
             terms.append((key, values[key]))
@@ -79,8 +81,18 @@ def device_query(values: dict[str, Any]) -> DeviceQuery:
         key, sep, value = tag.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise ApiError(400, f"query parameter 'tag': {tag!r} is not KEY=VALUE", "tag")
+        _check_keys([(key.strip(), value)], "tag")
         terms.append((key.strip(), value.strip()))
     return DeviceQuery(tuple(terms), values["version"], values["q"] or "", values["limit"], values["offset"])
+
+
+def _check_keys(terms: list[tuple[str, str]], field: str) -> None:
+    """Tag keys are looked up as JSON paths in the store: one with a quote, backslash or control character is
+    refused here (a 400 naming it), never sent to the store as a malformed path."""
+    for key, _ in terms:
+        if any(c in '"\\' or ord(c) < 32 for c in key):
+            raise ApiError(400, f"query parameter {field!r}: key {key[:40]!r} has a quote, backslash or control "
+                                "character, which no tag key may hold", field)
 
 
 def device_routes(ctx: ApiContext) -> list[Route]:

@@ -19,7 +19,8 @@ from prometheus_client.registry import Collector
 
 from edgectl.api.context import ApiContext
 from edgectl.controller.records import ACTIVE, RolloutStatus
-from edgectl.fleet import rollout_gates, rollout_summary, rollout_waves
+from edgectl.controller.store.protocol import StoreUnavailable
+from edgectl.fleet import rollout_gates, rollout_summary, rollout_waves, waiting_for_data
 
 __all__ = ["METRICS", "FleetCollector", "render"]
 
@@ -27,9 +28,11 @@ LAG_WINDOW_S = 60.0
 METRICS = (
     "edgectl_devices", "edgectl_rollouts", "edgectl_rollout_current_wave", "edgectl_rollout_waves",
     "edgectl_rollout_wave_devices", "edgectl_rollout_wave_progress_ratio", "edgectl_rollout_gate_value",
-    "edgectl_rollout_gate_threshold", "edgectl_rollout_gate_holds", "edgectl_ingest_lag_seconds",
+    "edgectl_rollout_gate_threshold", "edgectl_rollout_gate_holds", "edgectl_rollout_gate_no_data",
+    "edgectl_rollout_data_deadline_seconds", "edgectl_ingest_lag_seconds",
     "edgectl_store_query_seconds", "edgectl_api_requests_total", "edgectl_api_request_seconds",
     "edgectl_ingest_queue_messages", "edgectl_ingested_messages_total", "edgectl_dropped_messages_total",
+    "edgectl_stored_reports_total",
 )
 
 
@@ -40,9 +43,12 @@ class FleetCollector(Collector):
         self.ctx = ctx
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._devices()
-        yield from self._rollouts()
-        yield from self._ingest()
+        for part in (self._devices, self._rollouts, self._ingest):
+            try:
+                found = list(part())
+            except StoreUnavailable:  # scraped while the store is down: the controller's health series say so
+                continue
+            yield from found
 
     def _devices(self) -> Iterator[Metric]:
         devices = GaugeMetricFamily("edgectl_devices", "Devices by target and presence (online, offline, unknown).",
@@ -72,8 +78,13 @@ class FleetCollector(Collector):
                                   "(fraction, seconds, ratio or ms as its threshold).", labels=["rollout", "gate", "metric"])
         threshold = GaugeMetricFamily("edgectl_rollout_gate_threshold", "A gate's threshold.",
                                       labels=["rollout", "gate", "metric"])
-        holds = GaugeMetricFamily("edgectl_rollout_gate_holds", "1 while a gate holds (or has no data), 0 when it fails.",
+        holds = GaugeMetricFamily("edgectl_rollout_gate_holds", "1 while a gate holds, 0 when it fails or has no data.",
                                   labels=["rollout", "gate", "metric"])
+        no_data = GaugeMetricFamily("edgectl_rollout_gate_no_data", "1 while a gate has no data (it holds the wave "
+                                    "unless the rollout allows promotion without data), else 0.",
+                                    labels=["rollout", "gate", "metric"])
+        deadline = GaugeMetricFamily("edgectl_rollout_data_deadline_seconds", "While a baked wave waits for a gate's "
+                                     "data: the Unix time it halts without it.", labels=["rollout", "wave"])
         for rollout in (r for r in rollouts if r.status in ACTIVE):
             with self.ctx.timer.time("rollout_devices"):
                 summary = rollout_summary(store, rollout.id)
@@ -88,9 +99,13 @@ class FleetCollector(Collector):
                 labels = [rollout.id, g["gate"], g["metric"]]
                 threshold.add_metric(labels, g["threshold"])
                 holds.add_metric(labels, 1.0 if g["holds"] else 0.0)
+                no_data.add_metric(labels, 1.0 if g["verdict"] == "no data" else 0.0)
                 if g["value"] is not None:
                     value.add_metric(labels, g["value"])
-        yield from (current, total, wave_devices, progress, value, threshold, holds)
+            waiting = waiting_for_data(rollout, gates)
+            if waiting is not None:
+                deadline.add_metric([rollout.id, str(waiting["wave"])], waiting["deadline"])
+        yield from (current, total, wave_devices, progress, value, threshold, holds, no_data, deadline)
 
     def _ingest(self) -> Iterator[Metric]:
         lag = GaugeMetricFamily("edgectl_ingest_lag_seconds", "Seconds from a device's telemetry report to the store, "
@@ -106,14 +121,19 @@ class FleetCollector(Collector):
             return
         queue = GaugeMetricFamily("edgectl_ingest_queue_messages", "Device messages received, waiting for the store.")
         queue.add_metric([], controller.inbox.qsize())
-        ingested = CounterMetricFamily("edgectl_ingested_messages", "Device messages this controller ingested.")
+        ingested = CounterMetricFamily("edgectl_ingested_messages", "Device messages this controller ingested (on a "
+                                       "broker without shared subscriptions every replica ingests every report).")
         ingested.add_metric([], controller.messages)
+        stored = CounterMetricFamily("edgectl_stored_reports", "Telemetry reports this controller kept in the history "
+                                     "(about one per device every 5 s); one another replica kept first is not counted, "
+                                     "so the sum over replicas is the fleet's.")
+        stored.add_metric([], controller.ingest.stored)
         dropped = CounterMetricFamily("edgectl_dropped_messages", "Device messages dropped unparsed or refused.",
                                     labels=["reason"])
         drops = getattr(controller, "drops", None)
         for reason, n in sorted((drops.counts() if drops is not None else {}).items()):
             dropped.add_metric([reason], n)
-        yield from (queue, ingested, dropped)
+        yield from (queue, ingested, stored, dropped)
 
 
 def render(registry: CollectorRegistry) -> bytes:

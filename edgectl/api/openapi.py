@@ -1,11 +1,17 @@
-"""The OpenAPI 3.0 document, generated from the route table (so it lists exactly the routes served)."""
+"""The OpenAPI 3.0 document, generated from the route table (so it lists exactly the routes served).
+
+Each operation lists every status it can answer: its route's own, the token's (401, 403), the
+body's (400, 411, 413) and those any request may get from the server itself (:data:`COMMON`:
+400, 408, 417, 431, 503), the latter as shared ``components/responses``. 405 with ``Allow``
+answers the methods a path does not take, which the document shows by not listing them.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from agent import __version__
+from edgecore import __version__
 from edgectl.api.router import Param, Route
 
 __all__ = ["openapi_document"]
@@ -17,6 +23,17 @@ ERROR_SCHEMA: dict[str, Any] = {
         "field": {"type": "string", "description": "The body field or query parameter at fault (400)."}}}},
 }
 AUTH_RESPONSES = {"401": "Missing, unknown, revoked or expired token", "403": "The token's role may not call this"}
+COMMON = {  # what the server may answer any request, before or beside its route
+    "400": ("BadRequest", "A malformed request, or a query parameter that is unknown, repeated or out of range "
+                          "(`field` names it)"),
+    "408": ("Timeout", "The request's head or body did not arrive in time"),
+    "417": ("ExpectationFailed", "An Expect header other than 100-continue"),
+    "431": ("HeadTooLarge", "The request head is over the server's limit"),
+    "503": ("Unavailable", "The store is unavailable, or the server holds too many connections: retry after "
+                           "Retry-After"),
+}
+BODY_RESPONSES = {"400": "Bad body: not JSON, nested too deep, a number out of range, or a field at fault (`field` "
+                         "names it)", "411": "A body without a Content-Length", "413": "The body is over the limit"}
 
 
 def _param(p: Param) -> dict[str, Any]:
@@ -45,14 +62,19 @@ def _operation(route: Route) -> dict[str, Any]:
         "security": [{"bearer": []}] if route.role else [],
         "x-role": role,
     }
+    responses = operation["responses"]
     if route.role:
-        operation["responses"].update({code: _error(text) for code, text in AUTH_RESPONSES.items()})
+        responses.update({code: _error(text) for code, text in AUTH_RESPONSES.items()})
     if route.body is not None:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": route.body}}}
-        operation["responses"].setdefault("400", _error("Bad body (the message and `field` name what is wrong)"))
     if route.upload is not None:
         binary = {"schema": {"type": "string", "format": "binary"}}
         operation["requestBody"] = {"required": True, "content": {route.upload: binary}}
+    if "requestBody" in operation:
+        for code, text in BODY_RESPONSES.items():
+            responses.setdefault(code, _error(text))
+    for code, (name, _text) in COMMON.items():
+        responses.setdefault(code, {"$ref": f"#/components/responses/{name}"})
     return operation
 
 
@@ -83,5 +105,6 @@ def openapi_document(routes: list[Route]) -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "paths": paths,
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-                       "schemas": {"Error": ERROR_SCHEMA}},
+                       "schemas": {"Error": ERROR_SCHEMA},
+                       "responses": {name: _error(text) for name, text in COMMON.values()}},
     }

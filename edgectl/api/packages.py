@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from agent.errors import VerificationError
+from typing import Any
+
+from edgecore.errors import VerificationError
 from edgectl.api.context import ApiContext
 from edgectl.api.router import ApiError, Request, Response, Route
 from edgectl.controller.accounts import Role
+from edgectl.controller.queries import UploadedPackage
 from edgectl.fleet import upload_package
 
 __all__ = ["package_routes"]
 
 
+def _public(package: UploadedPackage) -> dict[str, Any]:
+    """A package as the API shows it: where the controller keeps the file is its own business."""
+    return {key: value for key, value in package.to_dict().items() if key != "path"}
+
+
 def package_routes(ctx: ApiContext) -> list[Route]:
     def list_packages(_request: Request) -> Response:
         with ctx.timer.time("packages"):
-            return Response(200, {"packages": [p.to_dict() for p in ctx.store.packages()]})
+            return Response(200, {"packages": [_public(p) for p in ctx.store.packages()]})
 
     def upload(request: Request) -> Response:
         assert request.upload is not None  # the server streams an upload route's body to a file
@@ -22,7 +30,7 @@ def package_routes(ctx: ApiContext) -> list[Route]:
             uploaded = upload_package(ctx.store, request.upload, ctx.trusted(), request.actor, ctx.max_upload_bytes)
         except VerificationError as exc:
             raise ApiError(422, str(exc)) from None
-        return Response(201, uploaded.to_dict())
+        return Response(201, _public(uploaded))
 
     return [
         Route("GET", "/api/v1/packages", Role.VIEWER, "List uploaded packages.", list_packages, tag="packages"),

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.errors import NotFoundError, UserError
+from edgecore.errors import NotFoundError, UserError
 from edgectl.api.context import ApiContext
-from edgectl.api.router import ApiError, Param, Request, Response, Route
+from edgectl.api.router import MAX_INT, ApiError, Param, Request, Response, Route
 from edgectl.controller.accounts import Role
 from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
 from edgectl.controller.planner import parse_waves
@@ -32,7 +32,9 @@ CREATE_SCHEMA: dict[str, Any] = {
         "gates": {"type": "array", "items": {"type": "string"}, "description": "Gate expressions, e.g. 'p95_latency <= 1.2x'."},
         "shadow": {"type": "boolean", "description": "Shadow run on the first wave (gate agreement >= 0.99 unless given)."},
         "allow_downgrade": {"type": "boolean", "description": "Let devices install a lower version."},
-        "max_per_minute": {"type": "integer", "minimum": 0, "default": 0,
+        "allow_no_data": {"type": "boolean", "description": "Promote a baked wave even when a gate has no data "
+                          "(recorded in the rollout); without it such a wave waits for data, then halts."},
+        "max_per_minute": {"type": "integer", "minimum": 0, "maximum": 1_000_000, "default": 0,
                            "description": "Pacing: desired states sent a minute within a wave, evenly spaced (0: the whole "
                                           "wave at once), as `edgectl deploy --fleet --max-per-minute`."},
         "dry_run": {"type": "boolean", "description": "Return the plan; record nothing."},
@@ -48,7 +50,7 @@ LIST_PARAMS = (
     Param("status", "string", "Only rollouts in this status (repeatable).", enum=tuple(s.value for s in RolloutStatus),
           repeat=True),
     Param("limit", "integer", "Page size.", minimum=1, maximum=1000, default=100),
-    Param("offset", "integer", "Rollouts to skip (newest first).", minimum=0, default=0),
+    Param("offset", "integer", "Rollouts to skip (newest first).", minimum=0, maximum=MAX_INT, default=0),
 )
 
 
@@ -64,7 +66,7 @@ def fleet_request(body: dict[str, Any], packages: list[Path]) -> FleetRequest:
     request = FleetRequest(packages, body["selector"], body.get("waves", "1,10%,50%,100%"), body.get("max_failure", "5%"),
                            body.get("bake", "10m"), tuple(body.get("gates", ())), body.get("shadow", False),
                            body.get("allow_downgrade", False), body.get("dry_run", False),
-                           max_per_minute=body.get("max_per_minute", 0))
+                           max_per_minute=body.get("max_per_minute", 0), allow_no_data=body.get("allow_no_data", False))
     _checked("waves", lambda: parse_waves(request.waves))
     _checked("max_failure", lambda: parse_rate(request.max_failure, "max_failure"))
     _checked("bake", lambda: parse_duration(request.bake, "bake"))

@@ -7,6 +7,8 @@ the query and body against the same declarations the document shows, so the two 
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,8 +18,11 @@ from typing import Any
 from edgectl.api.accounts import Principal
 from edgectl.controller.accounts import Role
 
-__all__ = ["ApiError", "Param", "Request", "Response", "Route", "Router", "check_body", "check_query"]
+__all__ = ["MAX_DEPTH", "MAX_INT", "ApiError", "Param", "Request", "Response", "Route", "Router", "check_body", "check_query",
+           "read_json"]
 
+MAX_INT = 2**63 - 1  # the largest integer the store and the wire take
+MAX_DEPTH = 32  # arrays and objects nested in a request body
 JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "array": (list,), "object": (dict,),
 }
@@ -50,6 +55,10 @@ class Param:
     enum: tuple[str, ...] = ()
     repeat: bool = False
     default: Any = None
+
+    def __post_init__(self) -> None:
+        if self.type == "integer" and (self.minimum is None or self.maximum is None):
+            raise TypeError(f"query parameter {self.name!r}: an integer needs a minimum and a maximum")
 
 
 @dataclass
@@ -111,18 +120,26 @@ class Router:
         self._compiled = [(r, r.pattern) for r in routes]
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+        """The route of ``method`` on ``path``; HEAD is answered by the GET route (the server sends no body)."""
         allowed = []
+        wanted = "GET" if method == "HEAD" else method
         for route, pattern in self._compiled:
             found = pattern.match(path)
             if found is None:
                 continue
-            if route.method == method:
+            if route.method == wanted:
                 return route, found.groupdict()
             allowed.append(route.method)
         if allowed:
-            raise ApiError(405, f"{method} is not allowed on {path} (allowed: {', '.join(allowed)})",
-                           headers={"Allow": ", ".join(allowed)})
+            raise not_allowed(method, path, allowed)
         raise ApiError(404, f"no such endpoint: {path} (see /api/v1/openapi.json)")
+
+
+def not_allowed(method: str, path: str, methods: list[str]) -> ApiError:
+    """405 with ``Allow`` (RFC 9110 15.5.6); HEAD goes wherever GET does."""
+    allowed = sorted(set(methods) | ({"HEAD"} if "GET" in methods else set()))
+    return ApiError(405, f"{method} is not allowed on {path} (allowed: {', '.join(allowed)})",
+                    headers={"Allow": ", ".join(allowed)})
 
 
 def check_query(params: tuple[Param, ...], query: dict[str, list[str]]) -> dict[str, Any]:
@@ -143,12 +160,14 @@ def check_query(params: tuple[Param, ...], query: dict[str, list[str]]) -> dict[
 
 def _query_value(p: Param, text: str) -> Any:
     if p.type == "integer":
-        try:
-            value = int(text)
-        except ValueError:
-            raise ApiError(400, f"query parameter {p.name!r}: {text!r} is not an integer", p.name) from None
-        if (p.minimum is not None and value < p.minimum) or (p.maximum is not None and value > p.maximum):
-            raise ApiError(400, f"query parameter {p.name!r}: {value} is outside {p.minimum}..{p.maximum}", p.name)
+        digits = text.strip().removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()):
+            raise ApiError(400, f"query parameter {p.name!r}: {text[:40]!r} is not an integer", p.name)
+        assert p.minimum is not None and p.maximum is not None  # Param requires both of an integer
+        value = int(text) if len(digits) <= 20 else None  # longer is out of any range (int() of 5,000 digits is slow)
+        if value is None or not p.minimum <= value <= p.maximum:
+            raise ApiError(400, f"query parameter {p.name!r}: {text.strip()[:24]} is outside {p.minimum}..{p.maximum}",
+                           p.name)
         return value
     if p.type == "boolean":
         if text not in ("true", "false"):
@@ -168,8 +187,11 @@ def check_body(schema: Mapping[str, Any], value: Any, where: str = "") -> None:
         raise ApiError(400, f"{name}: expected {'an' if kind[0] in 'aeiou' else 'a'} {kind}", where or None)
     if "enum" in schema and value not in schema["enum"]:
         raise ApiError(400, f"{name}: {value!r} is not one of {', '.join(map(str, schema['enum']))}", where or None)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and "minimum" in schema and value < schema["minimum"]:
-        raise ApiError(400, f"{name}: must be at least {schema['minimum']}", where or None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            raise ApiError(400, f"{name}: must be at least {schema['minimum']}", where or None)
+        if "maximum" in schema and value > schema["maximum"]:
+            raise ApiError(400, f"{name}: must be at most {schema['maximum']}", where or None)
     if isinstance(value, str) and "minLength" in schema and len(value) < schema["minLength"]:
         raise ApiError(400, f"{name}: must not be empty", where or None)
     if isinstance(value, list):
@@ -191,3 +213,41 @@ def check_body(schema: Mapping[str, Any], value: Any, where: str = "") -> None:
 
 def _join(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
+
+
+def read_json(raw: bytes) -> Any:
+    """A request body's JSON: finite numbers only, at most :data:`MAX_DEPTH` levels deep; 400 otherwise."""
+    try:
+        value = json.loads(raw, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded) if raw else None
+    except RecursionError:
+        raise ApiError(400, f"body: nested deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "body: not valid JSON") from None
+    if _depth(value) > MAX_DEPTH:
+        raise ApiError(400, f"body: nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _no_constant(token: str) -> Any:
+    raise ApiError(400, f"body: {token} is not a number (JSON has no NaN or Infinity)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ApiError(400, f"body: the number {text[:40]} is out of range")
+    return value
+
+
+def _bounded(text: str) -> int:
+    if len(text.lstrip("-")) > 19:
+        raise ApiError(400, f"body: the number {text[:40]} is out of range")
+    return int(text)
+
+
+def _depth(value: Any, level: int = 1) -> int:
+    """How deep arrays and objects nest in ``value`` (stops counting past :data:`MAX_DEPTH`)."""
+    if level > MAX_DEPTH or not isinstance(value, (list, dict)):
+        return level - (not isinstance(value, (list, dict)))
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(item, level + 1) for item in items), default=level)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.errors import OperationFailed, UserError
+from edgecore.errors import OperationFailed, UserError
 from edgectl.package import Package
 
 __all__ = ["S3Location", "export_payload", "publish_s3"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Sequence
 
-from agent.errors import UserError
-from agent.protocol.messages import MAX_ARTIFACT_URLS
+from edgecore.errors import UserError
+from edgecore.protocol.messages import MAX_ARTIFACT_URLS
 
 __all__ = ["PLACEHOLDER", "check_artifact_urls", "urls_for"]
 

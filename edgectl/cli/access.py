@@ -13,7 +13,7 @@ import time
 
 import typer
 
-from agent.errors import UserError
+from edgecore.errors import UserError
 from edgectl.api.accounts import Accounts, parse_role
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
@@ -89,7 +89,8 @@ def tokens_create(ctx: typer.Context, user: str = typer.Argument(..., help="The 
     if as_json:
         print_json({**row.to_dict(), "token": token})
         return
-    console.print(f"token {row.id} for {user} (expires {_when(row.expires)}); it is shown only now:")
+    # Only the token on stdout, so that `edgectl tokens create NAME > file` writes a credentials file as it is.
+    typer.echo(f"token {row.id} for {user} (expires {_when(row.expires)}); it is shown only now:", err=True)
     typer.echo(token)
 
 

@@ -9,11 +9,12 @@ import typer
 from rich.progress import Progress
 
 import targets
-from agent.errors import ConfigError, ModelError
-from agent.modelcheck import check_model, load_model_checked
+from edgecore.errors import ConfigError, ModelError
+from edgecore.modelcheck import check_model, load_model_checked
 from edgectl.cli.app import app
 from edgectl.cli.output import console, print_json, print_table
 from targets.partitioner import write_partitions
+from targets.prepare import runtime_graph
 from targets.report import write_html_report
 from targets.shapes import dims_text, dynamic_inputs, fix_input_shapes, parse_static_shapes, static_shape_hint
 
@@ -81,8 +82,17 @@ def _load(model_path: Path, static_shape: list[str], profile: targets.TargetProf
     check_model(model)
     shapes = dict(profile.shape.default_static_shapes) if profile else {}
     shapes = {k: v for k, v in shapes.items() if k in {i.name for i in model.graph.input}}
-    shapes.update(parse_static_shapes(static_shape))
-    return fix_input_shapes(model, shapes) if shapes else model
+    asked = parse_static_shapes(static_shape)
+    shapes.update(asked)
+    if not shapes:
+        return model
+    fixed = fix_input_shapes(model, shapes)
+    refusal = runtime_graph(fixed).refusal if asked else None
+    if refusal is not None and runtime_graph(model).refusal is None:
+        shown = " ".join(f"{n}={'x'.join(map(str, d))}" for n, d in asked.items())
+        raise ConfigError(f"--static-shape {shown}: onnxruntime cannot load the model at these shapes ({refusal}); "
+                          "it loads with its own: give shapes the model was exported for")
+    return fixed
 
 
 @app.command()
@@ -165,6 +175,10 @@ def partition(
         raise ConfigError(f"cannot partition for {profile.name}: {profile.unsupported.reason}")
     model = _load(model_path, static_shape, profile)
     dynamic = dynamic_inputs(model)
+    refusal = runtime_graph(model).refusal
+    if refusal is not None:
+        raise ModelError(f"cannot partition {model_path.name}: onnxruntime cannot load it ({refusal}), so no piece "
+                         "would load either; fix the model first (`edgectl inspect` shows the rest)")
     if dynamic and profile.shape.static_required:
         raise ModelError(f"cannot partition for {profile.name} (static shapes only): input {dynamic[0].name!r} is "
                          f"{dims_text(dynamic[0])}; give {static_shape_hint(model)}")

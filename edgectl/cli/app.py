@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from agent import __version__
+from edgecore import __version__
 
 app = typer.Typer(
     name="edgectl",

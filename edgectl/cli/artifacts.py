@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import ssl
 import tempfile
@@ -10,9 +11,10 @@ from types import FrameType
 
 import typer
 
-from agent.errors import UserError
+from edgecore.errors import UserError
 from edgectl.artifacts import RangeServer
 from edgectl.artifacts.publish import S3Location, export_payload, publish_s3
+from edgectl.artifacts.range_server import ORIGIN_LIMITS
 from edgectl.cli.app import app
 from edgectl.cli.output import console, print_json
 from edgectl.controller.gates import parse_duration
@@ -30,16 +32,27 @@ def serve(
     tls_cert: Path | None = typer.Option(None, "--tls-cert", exists=True, dir_okay=False, help="Serve HTTPS with this PEM."),
     tls_key: Path | None = typer.Option(None, "--tls-key", exists=True, dir_okay=False, help="Private key of --tls-cert."),
     rate: int | None = typer.Option(None, "--rate", min=1, help="Bytes/s per response (default: as fast as it goes)."),
+    max_connections: int = typer.Option(ORIGIN_LIMITS.max_connections, "--max-connections", min=1,
+                                        help="Open connections in all (also capped by the descriptor limit)."),
+    per_address: int = typer.Option(ORIGIN_LIMITS.max_per_address, "--max-per-address", min=1,
+                                    help="Open connections from one client address (devices behind one NAT share one)."),
+    header_timeout: float = typer.Option(ORIGIN_LIMITS.header_timeout_s, "--header-timeout", min=0.1,
+                                         help="Seconds a client has to send a request's head (then 408 and closed)."),
 ) -> None:
-    """Serve DIRECTORY's files with HTTP Range (206/416, HEAD) until interrupted."""
+    """Serve DIRECTORY's files with HTTP Range (206/416, HEAD) until interrupted.
+
+    Connections are bounded: a head must arrive within --header-timeout, an idle keep-alive ends after 15 s, a TLS
+    handshake within 10 s; over --max-connections or --max-per-address a client gets 503 (docs/security.md, Servers)."""
     if (tls_cert is None) != (tls_key is None):
         raise UserError("--tls-cert and --tls-key go together")
     context = None
     if tls_cert is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(tls_cert, tls_key)
+    limits = dataclasses.replace(ORIGIN_LIMITS, max_connections=max_connections, max_per_address=per_address,
+                                 header_timeout_s=header_timeout)
     try:
-        server = RangeServer(directory, host, port, context, rate)
+        server = RangeServer(directory, host, port, context, rate, limits)
     except OSError as exc:
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
@@ -61,7 +74,7 @@ def publish(
     packages: list[Path] = typer.Argument(..., exists=True, dir_okay=False, help="Signed PKG.edgepkg file(s)."),
     directory: Path | None = typer.Option(None, "--dir", file_okay=False, help="Copy payloads into this directory."),
     base_url: str | None = typer.Option(None, "--base-url", help="With --dir: the URL the directory is served at."),
-    s3: str | None = typer.Option(None, "--s3", help="Upload to s3://BUCKET[/PREFIX]."),
+    s3: str | None = typer.Option(None, "--s3", help="Upload to s3://BUCKET or s3://BUCKET/PREFIX."),
     endpoint: str | None = typer.Option(None, "--endpoint", help="S3-compatible endpoint URL (default: AWS)."),
     region: str | None = typer.Option(None, "--region", help="S3 region (default: us-east-1)."),
     expires: str = typer.Option("168h", "--expires", help="Lifetime of presigned URLs: 30m, 24h (at most 168h)."),

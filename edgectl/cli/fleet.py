@@ -10,17 +10,17 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
 
-from agent.errors import OperationFailed, UserError
-from agent.protocol.topics import validate_id
-from agent.transport import Message, MqttTransport
+from edgecore.errors import OperationFailed, UserError, listing
+from edgecore.protocol.topics import validate_id
+from edgecore.transport import Message, MqttTransport
 from edgectl.artifacts.urls import check_artifact_urls
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.cli.rollout import fleet_deploy
 from edgectl.config import load_edgectl_config
 from edgectl.connection import open_transport
-from edgectl.direct_deploy import DeviceProgress, deploy_to_devices
 from edgectl.fleet import FleetRequest, fleet_devices, load_package
+from edgectl.fleet.direct import DeviceProgress, deploy_to_devices
 from edgectl.keys import Keyring
 from edgectl.package import Package
 
@@ -32,7 +32,8 @@ def deploy(
     ctx: typer.Context,
     artifacts: list[Path] = typer.Argument(
         ..., exists=True, dir_okay=False,
-        help="MODEL.onnx (built and signed here) or PKG.edgepkg; with --fleet, one package per target."),
+        help="MODEL.onnx (built and signed here) or PKG.edgepkg; with --fleet, one package per target; with --device, "
+             "several packages (models and pipelines) are the whole set each device runs."),
     device: list[str] = typer.Option(
         [], "--device", "-d", help="Device id to deploy to directly, in the foreground (repeatable)."),
     fleet: str | None = typer.Option(
@@ -56,6 +57,9 @@ def deploy(
         "tried in order; {artifact_id} is replaced by each package's payload sha256; see `edgectl artifacts`)."),
     max_per_minute: int = typer.Option(
         0, "--max-per-minute", min=0, help="Pace each wave: N devices get their desired state a minute (0: all at once)."),
+    allow_no_data: bool = typer.Option(
+        False, "--allow-no-data", help="Promote a baked wave even when a gate has no data (no latency baseline, no "
+        "requests); recorded in the rollout. Without it such a wave waits for data, then halts."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
     """Deploy a model: directly to --device IDs, or as a staged rollout to a --fleet selector.
@@ -66,43 +70,48 @@ def deploy(
         raise UserError("give either --device ID... (direct) or --fleet SELECTOR (staged rollout)")
     if fleet is not None:
         request = FleetRequest(artifacts, fleet, waves, max_failure, bake, gate, shadow, allow_downgrade, dry_run,
-                               artifact_urls=artifact_url, max_per_minute=max_per_minute)
+                               artifact_urls=artifact_url, max_per_minute=max_per_minute, allow_no_data=allow_no_data)
         fleet_deploy(ctx, request, wait, as_json)
         return
-    if len(artifacts) != 1:
-        raise UserError("--device deploys one package; give several only with --fleet")
-    artifact = artifacts[0]
-    urls = check_artifact_urls(artifact_url, 1)
+    if len(artifacts) > 1 and (name or version):
+        raise UserError("--name and --version build one .onnx model; give several artifacts as .edgepkg packages")
+    urls = check_artifact_urls(artifact_url, len(artifacts))
     for d in device:
         validate_id(d)
     opts = options(ctx)
     config = load_edgectl_config(opts.config)
     inbox: queue.Queue[Message] = queue.Queue()
     with tempfile.TemporaryDirectory(prefix="edgectl-deploy-") as tmp:
-        package = load_package(artifact, name, version, Path(tmp), config.deploy.chunk_size)
-        m = package.manifest
+        workdirs = [Path(tmp) / str(n) for n in range(len(artifacts))]
+        for workdir in workdirs:  # one each: every payload is payload.tar in its own
+            workdir.mkdir()
+        packages = [load_package(artifact, name, version, workdir, config.deploy.chunk_size)
+                    for artifact, workdir in zip(artifacts, workdirs, strict=True)]
+        m = packages[0].manifest
         if not as_json:
-            console.print(f"deploying {m.name} v{m.version} ({m.payload.size} bytes, {len(m.payload.chunks)} chunks) "
-                          f"to {', '.join(device)}")
+            what = ", ".join(f"{p.manifest.name} v{p.manifest.version}" for p in packages)
+            console.print(f"deploying {what} ({sum(p.manifest.payload.size for p in packages)} bytes) to {', '.join(device)}")
         transport = open_transport(opts.broker, config, inbox)
         try:
-            deployment_id, results = _run_with_progress(transport, inbox, package, device, timeout or config.deploy.timeout_s,
+            deployment_id, results = _run_with_progress(transport, inbox, packages, device, timeout or config.deploy.timeout_s,
                                                         allow_downgrade, show=not as_json, urls=urls)
         finally:
             transport.close()
     rows = [{"device_id": p.device_id, "status": p.status, "state": p.state, "detail": p.detail,
-             "backend": p.data.get("backend")} for p in results.values()]
+             "backend": p.data.get("backend"), **({"models": p.models} if p.models else {})} for p in results.values()]
     if as_json:
-        print_json({"deployment_id": deployment_id, "model": m.name, "version": m.version, "devices": rows})
+        print_json({"deployment_id": deployment_id, "model": m.name, "version": m.version, "devices": rows,
+                    "packages": [{"name": p.manifest.name, "version": p.manifest.version, "kind": p.manifest.kind}
+                                 for p in packages]})
     else:
         print_table(f"deployment {deployment_id}", ["DEVICE", "STATUS", "STATE", "BACKEND", "DETAIL"],
                     [(r["device_id"], r["status"], r["state"], r["backend"], r["detail"]) for r in rows])
     failed = [p.device_id for p in results.values() if p.status != "ok"]
     if failed:
-        raise OperationFailed(f"{len(failed)} of {len(rows)} device(s) did not commit: {', '.join(failed)}")
+        raise OperationFailed(f"{len(failed)} of {len(rows)} device(s) did not commit: {listing(failed)}")
 
 
-def _run_with_progress(transport: MqttTransport, inbox: queue.Queue[Message], package: Package, devices: list[str],
+def _run_with_progress(transport: MqttTransport, inbox: queue.Queue[Message], package: list[Package], devices: list[str],
                        timeout: float, allow_downgrade: bool, show: bool,
                        urls: tuple[str, ...] = ()) -> tuple[str, dict[str, DeviceProgress]]:
     key = Keyring().signing_key("controller")

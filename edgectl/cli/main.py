@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import traceback
@@ -9,25 +10,40 @@ from collections.abc import Sequence
 
 import typer
 
-from agent.errors import EdgeError, InternalError
-
-# Command modules register themselves on `app` when imported.
-from edgectl.cli import (
-    access,  # noqa: F401  (users, tokens, api serve)
-    analysis,  # noqa: F401  (targets, inspect, partition)
-    artifacts,  # noqa: F401  (artifacts serve|publish)
-    broker,  # noqa: F401  (broker)
-    controller,  # noqa: F401  (controller run)
-    fleet,  # noqa: F401  (deploy, devices)
-    packages,  # noqa: F401  (keys, build, verify)
-    quantize,  # noqa: F401  (quantize)
-    rollout,  # noqa: F401  (deploy --fleet, rollout ..., device show)
-    security,  # noqa: F401  (pki, device enroll|revoke, broker config)
-    sim,  # noqa: F401  (sim)
-)
+from edgecore.errors import EdgeError, InternalError, UserError
 from edgectl.cli.app import app
 
 __all__ = ["main"]
+
+# Command modules register themselves on `app` when imported.
+COMMANDS = (
+    "access",  # users, tokens, api serve
+    "analysis",  # targets, inspect, partition
+    "artifacts",  # artifacts serve|publish
+    "broker",  # broker
+    "controller",  # controller run
+    "fleet",  # deploy, devices
+    "packages",  # keys, build, verify
+    "quantize",  # quantize
+    "rollout",  # deploy --fleet, rollout ..., device show
+    "security",  # pki, device enroll|revoke, broker config
+    "sim",  # sim
+)
+# What the workstation needs beyond the agent's own dependencies (the `host` extra in pyproject.toml).
+HOST_MODULES = ("onnx", "onnxruntime", "openvino", "nncf")
+
+
+def load_commands() -> typer.Typer:
+    """Import every command module; a missing host dependency is one line naming the extra to install."""
+    try:
+        for name in COMMANDS:
+            importlib.import_module(f"edgectl.cli.{name}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in HOST_MODULES:
+            raise
+        raise UserError(f"edgectl needs the workstation tools ({exc.name} is not installed): "
+                        "pip install 'edgectl[host]'") from None
+    return app
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -44,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _run(args: list[str], debug: bool) -> int:
     # typer handles usage errors (exit 2), --help and typer.Exit itself, ending in SystemExit.
     try:
-        app(args=args, prog_name="edgectl")
+        load_commands()(args=args, prog_name="edgectl")
     except EdgeError as exc:
         return _fail(exc, exc.exit_code, debug)
     except KeyboardInterrupt:

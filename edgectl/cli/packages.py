@@ -1,4 +1,4 @@
-"""Package commands: keys, build, verify."""
+"""Package commands: keys, build, pipeline build, verify."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import typer
 
-from agent.deploy.trust import KeyRotation
-from agent.errors import UserError
-from agent.protocol.envelope import TrustedKeys, key_id, load_public_key
-from agent.protocol.manifest import TargetInfo
+from edgecore.errors import UserError
+from edgecore.protocol.envelope import TrustedKeys, key_id, load_public_key
+from edgecore.protocol.manifest import TargetInfo
+from edgecore.protocol.trust import KeyRotation
 from edgectl.cli.app import app
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.keys import ROLES, Keyring
@@ -20,6 +20,9 @@ from edgectl.sequence import next_sequence
 
 keys_app = typer.Typer(help="Manage the ed25519 keys that sign packages and controller messages.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+pipeline_app = typer.Typer(help="Pipelines: steps over models of a device's set and ONNX processing graphs, served "
+                                "under their own name (docs/packages.md#pipelines).", no_args_is_help=True)
+app.add_typer(pipeline_app, name="pipeline")
 
 
 @keys_app.command("init")
@@ -81,7 +84,7 @@ def _send_rotation(ctx: typer.Context, envelope: bytes, devices: list[str]) -> N
     """Publish a rotation on each device's commands topic; devices offline now need it sent again."""
     import queue
 
-    from agent.protocol import topics
+    from edgecore.protocol import topics
     from edgectl.cli.app import options
     from edgectl.config import load_edgectl_config
     from edgectl.connection import open_transport
@@ -119,15 +122,21 @@ def build(
                                   help="Address-space limit of the child that runs the model to record golden outputs."),
     timeout: float = typer.Option(300.0, "--timeout", min=1.0, help="Seconds that child may run."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+    ort_out: Path | None = typer.Option(None, "--ort-out", file_okay=False,
+                                        help="With --target nnapi: also write NAME.ort and the operator config of a "
+                                             "reduced onnxruntime build for an Android app here, and ship model.ort in "
+                                             "the package (docs/targets.md#android-and-nnapi)."),
 ) -> None:
     """Package MODEL with golden data into a signed .edgepkg (the model runs in a child under limits)."""
-    from agent.feeds import parse_input_shapes
+    from edgecore.feeds import parse_input_shapes
     from edgectl.package import Limits
 
+    if ort_out is not None and target != "nnapi":
+        raise UserError(f"--ort-out is for --target nnapi (an Android app's reduced onnxruntime), not {target!r}")
     out = out or Path(f"{name}-{version}.edgepkg")
     options = BuildOptions(name=name, version=version, target=_target_info(target), chunk_size=chunk_size, valid_days=valid_days,
                            golden_samples=golden_samples, golden_dir=golden, input_shapes=parse_input_shapes(input_shape),
-                           preprocess=preprocess, limits=Limits(memory_mb, timeout))
+                           preprocess=preprocess, limits=Limits(memory_mb, timeout), ort_dir=ort_out)
     manifest = build_package(model, options, Keyring().signing_key("package"), out)
     if as_json:
         import json
@@ -136,6 +145,38 @@ def build(
         return
     console.print(f"wrote {out}: {manifest.name} v{manifest.version} for target {manifest.target.name}, "
                   f"{manifest.payload.size} bytes in {len(manifest.payload.chunks)} chunks")
+    if ort_out is not None:
+        console.print(f"wrote {ort_out / (name + '.ort')} and {ort_out / (name + '.required_operators_and_types.config')}")
+
+
+@pipeline_app.command("build")
+def pipeline_build(
+    spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="The pipeline's YAML: models, steps, outputs."),
+    version: int = typer.Option(..., "--version", min=1, help="Integer version, higher than any before."),
+    name: str | None = typer.Option(None, "--name", help="Pipeline name (default: the YAML's 'name')."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Output path (default NAME-VERSION.edgepkg)."),
+    target: str = typer.Option("any", "--target", help="Target profile the package is for ('any': every device)."),
+    valid_days: float = typer.Option(90.0, "--valid-days", help="Days until the manifest expires."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Package the pipeline in SPEC: its steps are checked against its models' packages, it runs once on onnxruntime's
+    CPU, and its inputs and outputs become the golden data the device checks; signed like any package."""
+    from edgectl.pipeline_package import PipelineOptions, build_pipeline
+
+    ring = Keyring()
+    key = ring.signing_key("package")
+    trusted = TrustedKeys([load_public_key(ring.public_pem("package", r["key_id"])) for r in ring.list()
+                           if r["role"] == "package"])
+    options = PipelineOptions(name=name, version=version, target=_target_info(target), valid_days=valid_days)
+    manifest, final = build_pipeline(spec, options, key, trusted, out)
+    if as_json:
+        import json
+
+        print_json(json.loads(manifest.to_bytes()))
+        return
+    assert manifest.pipeline is not None
+    console.print(f"wrote {final}: pipeline {manifest.name} v{manifest.version} over {', '.join(manifest.pipeline.models)}"
+                  f" in {len(manifest.pipeline.steps)} steps, {manifest.payload.size} bytes")
 
 
 def _target_info(name: str) -> TargetInfo:
@@ -158,7 +199,7 @@ def verify(
 
     Nothing is written before the signature is checked; sparse or oversized tar members are refused;
     what is written is bounded by the signed sizes, --max-bytes and the free space."""
-    from agent.protocol.package import extract_payload
+    from edgecore.protocol.package import extract_payload
 
     ring = Keyring()
     pems = [p.read_text() for p in key] or [ring.public_pem("package", r["key_id"]) for r in ring.list()

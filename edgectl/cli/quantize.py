@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from agent.errors import UserError
+from edgecore.errors import UserError
 from edgectl.cli.app import app
 
 __all__ = ["quantize"]
@@ -35,7 +35,11 @@ def quantize(
                                                  "labels.txt/labels.npy; without labels the float model's "
                                                  "outputs are the reference."),
     max_drop: float = typer.Option(1.0, "--max-drop", min=0.0,
-                                   help="Accuracy budget in points of the metric (top-1, agreement, cosine*100)."),
+                                   help="Accuracy budget of agreement metrics (top-1/top-5, per-pixel class, "
+                                        "confident detections, exact): points (0-100) lost against your model."),
+    min_db: float = typer.Option(30.0, "--min-db",
+                                 help="Accuracy budget of signal metrics (SQNR for regressions/embeddings, PSNR for "
+                                      "images): the dB every such output must reach against your model."),
     fp16_io: bool = typer.Option(False, "--fp16-io", help="With fp16, convert graph inputs/outputs to fp16 too."),
     report: Path | None = typer.Option(None, "--report", help="Also write an HTML report with a per-node error plot."),
     json_out: bool = typer.Option(False, "--json", help="Print the JSON report instead of the table."),
@@ -44,10 +48,15 @@ def quantize(
                                            help="NAME=1x3x224x224 for an input with dynamic dims (repeatable); "
                                                 "without it, shapes come from the first --calib sample."),
     metric: list[str] = typer.Option([], "--metric",
-                                     help="Accuracy metric: auto (per output), top1, pixel-top1, cosine, "
-                                          "relative-error or exact; OUTPUT=METRIC for one output (repeatable)."),
+                                     help="Accuracy metric: auto (chosen per output, the report says why), top1, "
+                                          "top5, pixel-top1, detection, sqnr, psnr or exact; OUTPUT=METRIC for one "
+                                          "output (repeatable)."),
 ) -> None:
-    """Quantize MODEL in the format TARGET needs, within --max-drop; writes OUT and OUT.quant.json."""
+    """Quantize MODEL in the format TARGET needs, within the budget; writes OUT and OUT.quant.json.
+
+    Every figure compares the written file with MODEL as given, on the same inputs. For MYRIAD and NPU
+    targets the result is an OpenVINO IR (OUT.xml + OUT.bin) with FP16-compressed weights.
+    """
     from quantize import Mode, QuantizeRequest, run_quantize  # heavy imports only when the command runs
     from quantize.runtime_log import RuntimeLog, capture_runtime_log
 
@@ -60,7 +69,7 @@ def quantize(
     request = QuantizeRequest(
         model=model, target=target, output=output, mode=chosen_mode, calib_dir=calib,
         calib_synthetic=calib_synthetic, preprocess=preprocess, method=method, eval_dir=eval_dir,
-        max_drop=max_drop, fp16_io=fp16_io, measure=not no_measure, per_node_errors=report is not None,
+        max_drop=max_drop, min_db=min_db, fp16_io=fp16_io, measure=not no_measure, per_node_errors=report is not None,
         static_shape=tuple(static_shape), metric=tuple(metric),
     )
     console = Console(stderr=True)
@@ -75,11 +84,12 @@ def quantize(
             console.print(log.summary(log_path))
     if log.lines():
         result = result.with_note(log.summary(log_path))
-    result.write(output, output.with_suffix(".quant.json"), report)
+    files = result.write(output, output.with_suffix(".quant.json"), report)
     if json_out:
         typer.echo(result.to_json())
         return
     Console().print(result.table())
     for note in result.data["notes"]:
         console.print(f"note: {note}")
-    console.print(f"wrote {output} and {output.with_suffix('.quant.json')}" + (f" and {report}" if report else ""))
+    console.print(f"wrote {' and '.join(map(str, files))} and {output.with_suffix('.quant.json')}"
+                  + (f" and {report}" if report else ""))

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import typer
 
-from agent.deploy.http_fetch import HttpSettings
-from agent.errors import UserError
+from edgecore.delivery.http_fetch import HttpSettings
+from edgecore.errors import UserError
+from edgecore.tls import tls_context
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.config import load_edgectl_config
@@ -121,10 +122,12 @@ def sim(
     factors = parse_factors(latency_factor, "--latency-factor")
     agreements = parse_factors(agreement, "--agreement")
     tags = _parse_tags(tag)
-    url = checked_broker(opts.broker, load_edgectl_config(opts.config))  # after the arguments: errors stay one line
+    config = load_edgectl_config(opts.config)
+    url = checked_broker(opts.broker, config)  # after the arguments: errors stay one line
     ring = Keyring()
+    tls = tls_context(config.tls.ca, config.tls.cert, config.tls.key) if config.tls.ca else None
     fleet = SimFleet(url, ring.trusted("package"), ring.trusted("controller"), telemetry_s=telemetry_s,
-                     http=HttpSettings(max_bytes_per_s=http_rate, ca_file=http_ca))
+                     http=HttpSettings(max_bytes_per_s=http_rate, ca_file=http_ca), tls=tls)
     root = state_dir or edgectl_home() / "sim"
     started = _start(fleet, mix, root, prefix, factors, agreements, tags, fallback)
     stop = threading.Event()

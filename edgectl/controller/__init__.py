@@ -13,7 +13,7 @@ from edgectl.controller.planner import Plan, check_variants, choose_variant, par
 from edgectl.controller.records import (
     ACTIVE,
     FINAL,
-    DeviceRow,
+    DeviceRecord,
     DeviceStatus,
     PackageRef,
     Phase,
@@ -32,7 +32,7 @@ __all__ = [
     "REQUESTS",
     "TRANSITIONS",
     "DeviceFacts",
-    "DeviceRow",
+    "DeviceRecord",
     "DeviceStatus",
     "Engine",
     "Gate",

@@ -3,7 +3,8 @@
 Every decision reads the store and writes it back before acting on the broker, so a controller
 killed at any point resumes where it stopped; the signed desired state of each device is kept
 and republished verbatim (same sequence number) after a broker restart, which agents that
-already took it ignore. Device reports are applied by :class:`edgectl.controller.reports.Reports`.
+already took it ignore. Device reports are applied by :class:`edgectl.controller.reports.Reports`, the
+engine's collaborator (``Engine.reports``), which also sends the rollbacks a halt asks for.
 
 Rollout statuses change only through the table in :mod:`edgectl.controller.lifecycle`
 (:meth:`Engine._transition`): operator requests and the engine's verdicts (halt, complete,
@@ -13,35 +14,38 @@ Halting and aborting do the same to devices: those not sent yet are cancelled (a
 retained desired state is replaced by an empty one, so it does not catch up later), and those that
 took the new model get a signed ``rollback`` command; no device is left half-way.
 
-Phases of a wave: ``start`` -> ``installing`` -> ``baking`` -> next wave. A phase is one entry of
-``Engine.phases``. With ``--shadow`` the first wave's devices are asked for a shadow run before they
-cut over (the device compares the new model with the serving one and refuses below the agreement
-gate's threshold); their reported agreement is checked while the wave installs.
+Phases of a wave: ``start`` -> ``installing`` -> ``baking`` -> next wave, with ``waiting`` between the
+bake and the next wave while a gate has no data (nothing passes on no data): the wave waits for data
+until ``wave_timeout_s`` after its bake and then halts, unless the rollout allows promotion without data
+(``--allow-no-data``). A phase is one entry of ``Engine.phases``. With ``--shadow`` the first wave's
+devices are asked for a shadow run before they cut over (the device compares the new model with the
+serving one and refuses below the agreement gate's threshold); their reported agreement is checked
+while the wave installs.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 
-from edgectl.controller.gates import DeviceFacts, GateResult, parse_gates
+from edgectl.controller.baselines import Baselines
+from edgectl.controller.composition import PREVIOUS, WITHDRAWN, Composer, previous_json, revert_message, shadow_threshold
+from edgectl.controller.gates import DeviceFacts, Gate, GateResult, blocking, first_failing, parse_gates
 from edgectl.controller.lifecycle import RolloutEvent, advance, applies_to
 from edgectl.controller.pacing import SENT_AT, Pacer
 from edgectl.controller.records import (
     ACTIVE,
-    COUNTED_FAILED,
     IN_FLIGHT,
     DeviceStatus,
     ModelRef,
-    PackageRef,
     Phase,
     RolloutDevice,
     RolloutRow,
     RolloutStatus,
 )
 from edgectl.controller.reports import Publisher, Reports
+from edgectl.controller.screen import Screen
 from edgectl.controller.store import Store
 
 __all__ = ["Engine"]
@@ -49,17 +53,23 @@ __all__ = ["Engine"]
 log = logging.getLogger(__name__)
 
 D, S, E = DeviceStatus, RolloutStatus, RolloutEvent
-WITHDRAWN = "withdrawn"  # key in a row's data: a stopped rollout replaced its in-flight desired state
 
 
-class Engine(Reports):
+class Engine:
     def __init__(self, store: Store, publisher: Publisher, fallback_of: Callable[[str | None, str], bool | None],
                  clock: Callable[[], float] = time.time) -> None:
-        super().__init__(store, publisher, clock)
+        self.store = store
+        self.publisher = publisher
+        self.clock = clock
+        self.sets = Composer(store)
+        self.screen = Screen(store, self.sets)
+        self.reports = Reports(store, publisher, clock, self.sets)
         self.fallback_of = fallback_of
         self.pacer = Pacer()
+        self.baselines = Baselines(store)
         self.phases: dict[Phase, Callable[[RolloutRow, list[RolloutDevice]], None]] = {
             Phase.START: self._start_wave, Phase.INSTALLING: self._installing, Phase.BAKING: self._baking,
+            Phase.WAITING: self._waiting,
         }
 
     def _transition(self, rollout: RolloutRow, event: RolloutEvent, reason: str | None = None) -> RolloutStatus:
@@ -108,6 +118,8 @@ class Engine(Reports):
     # -- the tick ---------------------------------------------------------------------------------
 
     def tick(self) -> None:
+        self.sets.refresh()  # rollouts recorded since keep packages a set may name
+        self.screen.refresh()
         for rollout in self.store.rollouts(ACTIVE):
             if rollout.status in (S.RUNNING, S.PAUSED):
                 rows = [r for r in self.store.rollout_devices(rollout.id) if r.wave == rollout.wave]
@@ -130,26 +142,35 @@ class Engine(Reports):
         online = {d.id for d in self.store.devices() if d.online}
         self.publisher.expect(rollout, [r for r in due if r.device_id in online])
         for row in due:
-            self._supersede(rollout, row.device_id)
             device = self.store.device(row.device_id)
-            row.previous = ModelRef.from_dict(((device.state if device else {}) or {}).get("active") or {})
+            row.previous = ModelRef.named(device.state if device else None, rollout.spec.model)
             if rollout.spec.max_per_minute:
                 row.data[SENT_AT] = self.clock()
             self._send(rollout, row, "desired state published")
 
     def _send(self, rollout: RolloutRow, row: RolloutDevice, why: str) -> None:
-        """Publish the device's desired state; an offline device is deferred: it takes it when it returns."""
+        """Publish the device's set with this rollout's package in it; an offline device is deferred: it takes it
+        when it returns. A set the device's agent or memory cannot take is refused here, and nothing is sent."""
         device = self.store.device(row.device_id)
-        row.desired = self.publisher.desired(rollout, row)
+        wanted, before = self.sets.for_send(rollout.spec, row, device)
+        verdict = self.screen.verdict(rollout.id, device, wanted)
+        if verdict.message is None:
+            self._set(rollout, row, D.REFUSED, verdict.refusal)
+            return
+        self._supersede(rollout, row.device_id)
+        row.data.setdefault(PREVIOUS, previous_json(before))  # what a rollback of this row puts back
+        row.desired = self.publisher.desired(row.device_id, verdict.message)
         row.status = D.SENT if device is not None and device.online else D.DEFERRED
         row.detail = why
         self.store.save_rollout_device(row)
         self.store.audit(f"device {row.status}", why, rollout.id, row.device_id)
 
     def _supersede(self, rollout: RolloutRow, device_id: str) -> None:
-        """A newer desired state replaces what an older rollout sent and the device has not finished."""
+        """A newer desired state of a model replaces what an older rollout of that model sent and the device has not
+        finished; rollouts of other models on the device go on (the set sent holds their entries too)."""
         for row in self.store.device_rollouts(device_id):
-            if row.rollout_id != rollout.id and row.status in (*IN_FLIGHT, D.DEFERRED):
+            if row.rollout_id != rollout.id and row.status in (*IN_FLIGHT, D.DEFERRED) \
+                    and self.sets.model_of(row.rollout_id) == rollout.spec.model:
                 row.status, row.detail = D.SUPERSEDED, f"by rollout {rollout.id}"
                 self.store.save_rollout_device(row)
                 self.store.audit("device superseded", row.detail, row.rollout_id, device_id)
@@ -165,26 +186,55 @@ class Engine(Reports):
         disagreement = self._shadow_verdict(rollout, rows)
         if disagreement:
             return self._stop(rollout, E.HALT, disagreement)
-        counted = [r for r in rows if r.status not in (D.DEFERRED, D.PLANNED)]
-        failed = sum(r.status in COUNTED_FAILED for r in counted)
-        if counted and failed > math.floor(spec.max_failure * len(counted)):
-            return self._stop(rollout, E.HALT,
-                              f"wave {rollout.wave}: failure_rate {failed}/{len(counted)} exceeds {spec.max_failure * 100:.1f}%")
+        # The failure budget is the failure_rate gate, judged here as the devices report and again while baking.
+        budget = [g for g in parse_gates(spec.gates) if g.metric == "failure_rate"]
+        over = first_failing(budget, [DeviceFacts(r.device_id, r.status) for r in rows])
+        if over is not None:
+            return self._stop(rollout, E.HALT, f"wave {rollout.wave}: gate {over.gate!r} failed ({over.detail})")
         if all(r.status not in (*IN_FLIGHT, D.PLANNED) for r in rows):
             self._phase(rollout, Phase.BAKING)
             self.store.audit("wave installed", f"wave {rollout.wave}: baking {spec.bake_s:.0f}s", rollout.id)
 
     def _baking(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         results = self.check_gates(rollout, rows)
-        failing = [r for r in results if not r.holds]
+        failing = [r for r in results if r.fails]
         if failing:
             return self._stop(rollout, E.HALT, f"wave {rollout.wave}: gate {failing[0].gate!r} failed ({failing[0].detail})")
         if rollout.status != S.RUNNING or self.clock() - rollout.phase_since < rollout.spec.bake_s:
             return
+        missing = blocking(results, rollout.spec.allow_no_data)
+        if missing:
+            self._phase(rollout, Phase.WAITING)
+            self.store.audit("wave waiting for data", f"wave {rollout.wave}: " + "; ".join(
+                f"{r.gate}: {r.detail}" for r in missing) + f"; halts in {rollout.spec.wave_timeout_s:.0f}s without it",
+                rollout.id)
+            return
+        self._promote(rollout, results)
+
+    def _waiting(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
+        """The bake is over but a gate has no data: promote once it has, halt at the deadline."""
+        results = self.check_gates(rollout, rows)
+        missing = blocking(results, rollout.spec.allow_no_data)
+        if any(r.fails for r in missing):
+            failed = next(r for r in missing if r.fails)
+            return self._stop(rollout, E.HALT, f"wave {rollout.wave}: gate {failed.gate!r} failed ({failed.detail})")
+        if missing and self.clock() >= self.data_deadline(rollout):
+            return self._stop(rollout, E.HALT, f"wave {rollout.wave}: gate {missing[0].gate!r} had no data "
+                                               f"{rollout.spec.wave_timeout_s:.0f}s after the bake ({missing[0].detail})")
+        if not missing and rollout.status == S.RUNNING:
+            self._promote(rollout, results)
+
+    @staticmethod
+    def data_deadline(rollout: RolloutRow) -> float:
+        """When a wave waiting for data halts (its phase began when the bake ended)."""
+        return rollout.phase_since + rollout.spec.wave_timeout_s
+
+    def _promote(self, rollout: RolloutRow, results: list[GateResult]) -> None:
         self.store.audit("wave promoted", "; ".join(f"{r.gate}: {r.detail}" for r in results), rollout.id)
         if rollout.wave >= rollout.spec.wave_count:
-            self._transition(rollout, E.COMPLETE, "every wave promoted")
-            self.store.audit("rollout done", "", rollout.id)
+            with self.store.batch():  # one commit: a leader that dies here leaves no DONE rollout without its entry
+                self._transition(rollout, E.COMPLETE, "every wave promoted")
+                self.store.audit("rollout done", "", rollout.id)
         else:
             rollout.wave += 1
             self._phase(rollout, Phase.START)
@@ -196,12 +246,22 @@ class Engine(Reports):
         for fact, row in zip(facts, rows, strict=True):
             if row.status == D.OK and fact.silent_s is not None and fact.silent_s > rollout.spec.silence_s:
                 self._set(rollout, row, D.FAILED, f"silent for {fact.silent_s:.0f}s after install")
-        return [gate.check(facts) for gate in parse_gates(rollout.spec.gates)]
+        return [self._judge(rollout, gate, facts) for gate in parse_gates(rollout.spec.gates)]
 
     def gate_values(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> list[GateResult]:
         """The gates measured now over ``rows``, as :meth:`check_gates` does, changing nothing (for status views)."""
         facts = [self._facts(rollout, r) for r in rows]
-        return [gate.check(facts) for gate in parse_gates(rollout.spec.gates)]
+        return [self._judge(rollout, gate, facts) for gate in parse_gates(rollout.spec.gates)]
+
+    @staticmethod
+    def _judge(rollout: RolloutRow, gate: Gate, facts: list[DeviceFacts]) -> GateResult:
+        """``gate`` over the wave's ``facts``, or not judged where it cannot apply to this wave: agreement where no device
+        runs a shadow. A latency ratio on a first install has no earlier latency to compare with: that is no data (the
+        wave waits, then halts, unless the rollout allows promotion without data), never a quiet pass."""
+        if gate.metric == "agreement" and shadow_threshold(rollout.spec, rollout.wave) is None:
+            return gate.not_judged("no device of this wave runs a shadow" + (
+                " (only the first wave does)" if rollout.spec.shadow else " (the rollout was made without --shadow)"))
+        return gate.check(facts)
 
     def _shadow_verdict(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> str | None:
         """Canaries report their shadow run before cut-over: a failing agreement gate halts the wave at once."""
@@ -210,7 +270,7 @@ class Engine(Reports):
         facts = [DeviceFacts(r.device_id, r.status, agreement=r.shadow_agreement) for r in rows]
         for gate in parse_gates(rollout.spec.gates):
             result = gate.check(facts) if gate.metric == "agreement" else None
-            if result is not None and not result.holds:
+            if result is not None and result.fails:  # canaries not reported yet: no data, the wave keeps installing
                 return f"wave {rollout.wave}: gate {result.gate!r} failed ({result.detail}, shadow run before cut-over)"
         return None
 
@@ -225,29 +285,13 @@ class Engine(Reports):
             # Offline or not, what counts is how long nothing was heard since the install.
             heard = max(device.telemetry_ts or 0.0, device.last_seen or 0.0, row.installed_at or now)
             fact.silent_s = max(0.0, now - heard)
-            stats = (device.telemetry.get("models") or {}).get(package.name) or {}
-            if str(stats.get("version")) == str(package.version):
-                fact.requests, fact.errors = int(stats.get("requests", 0)), int(stats.get("errors", 0))
-            fact.fallback = self.fallback_of((device.birth or {}).get("target"), str(row.data.get("backend") or ""))
-        fact.p95_ms, fact.latency_ratio = self._latency(row, package)
+            stats = device.telemetry.models.get(package.name) if device.telemetry else None
+            if stats is not None and stats.version == str(package.version):
+                fact.requests, fact.errors = stats.requests or 0, stats.errors or 0
+            fact.fallback = self.fallback_of(device.birth.target if device.birth else None, str(row.data.get("backend") or ""))
+        latency = self.baselines.facts(rollout, row, package)
+        fact.p95_ms, fact.latency_ratio, fact.latency_baseline_missing = latency.p95_ms, latency.ratio, latency.missing
         return fact
-
-    def _latency(self, row: RolloutDevice, package: PackageRef) -> tuple[float | None, float | None]:
-        """(new p95, new / previous p95), comparing like with like: telemetry, else health checks."""
-        prev = row.previous
-        new_p95 = None
-        for source in ("telemetry", "health"):
-            new = [x for x in self.store.latency(row.device_id, package.name, package.version, since=(row.installed_at or 0) - 1)
-                   if x.source == source]
-            if not new:
-                continue
-            new_p95 = new_p95 if new_p95 is not None else new[-1].p95_ms
-            if not prev.name or prev.version is None:
-                continue
-            old = [x for x in self.store.latency(row.device_id, prev.name, prev.version, limit=50) if x.source == source]
-            if old and old[-1].p95_ms > 0:
-                return new[-1].p95_ms, new[-1].p95_ms / old[-1].p95_ms
-        return new_p95, None
 
     # -- halting and aborting ---------------------------------------------------------------------
 
@@ -268,15 +312,15 @@ class Engine(Reports):
             if row.status == D.PLANNED:
                 self._set(rollout, row, D.CANCELLED, "never sent")
             elif row.status == D.DEFERRED:  # replace the retained desired state it has not taken
-                row.desired = self.publisher.desired(rollout, row, cancel=True)
+                row.desired = self.publisher.desired(row.device_id, revert_message(self.sets, rollout.spec, rollout.id, row))
                 self._set(rollout, row, D.CANCELLED, "offline: its desired state was withdrawn")
             elif row.status in IN_FLIGHT and not row.data.get(WITHDRAWN):
                 # Not taken yet: withdraw the retained desired state; if it still commits, it is rolled back then.
-                row.desired = self.publisher.desired(rollout, row, cancel=True)
+                row.desired = self.publisher.desired(row.device_id, revert_message(self.sets, rollout.spec, rollout.id, row))
                 row.data[WITHDRAWN] = True
                 self.store.save_rollout_device(row)
-            elif self.took(row):
-                self.roll_back(rollout, row)
+            elif self.reports.took(row):
+                self.reports.roll_back(rollout, row)
 
     def _set(self, rollout: RolloutRow, row: RolloutDevice, status: DeviceStatus, detail: str) -> None:
         row.status, row.detail = status, detail

@@ -10,10 +10,11 @@ report's window, and the device's inference rate: the agents' ``throughput_rps``
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
+
+from edgecore.protocol.reports import ModelTelemetry, Telemetry
 
 __all__ = ["TelemetryPoint", "telemetry_point", "with_rates"]
 
@@ -21,7 +22,7 @@ __all__ = ["TelemetryPoint", "telemetry_point", "with_rates"]
 @dataclass(frozen=True)
 class TelemetryPoint:
     device_id: str
-    ts: float  # the device's own time of the report
+    ts: float  # when the controller received the report (its own clock); the device's claimed time is kept apart
     model: str = ""  # the model the latency figures are of ("" when the device serves none)
     version: int | None = None
     p50_ms: float | None = None
@@ -37,37 +38,24 @@ class TelemetryPoint:
                 "rate_rps": self.rate_rps}
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+def _served(stats: ModelTelemetry) -> float:
+    return stats.window_requests or stats.requests or 0
 
 
-def _served(stats: Mapping[str, Any]) -> float:
-    return _number(stats.get("window_requests")) or _number(stats.get("requests")) or 0.0
-
-
-def telemetry_point(device_id: str, report: Mapping[str, Any], ts: float) -> TelemetryPoint:
-    """The history point of one telemetry report; fields the report lacks (or holds no finite number for) are None."""
-    device = report.get("device")
-    device = device if isinstance(device, dict) else {}
-    models = report.get("models")
-    stats = {name: s for name, s in models.items() if isinstance(s, dict)} if isinstance(models, dict) else {}
-    point = TelemetryPoint(device_id, ts, cpu_percent=_number(device.get("cpu_percent")),
-                           memory_percent=_number(device.get("memory_percent")))
+def telemetry_point(report: Telemetry, ts: float) -> TelemetryPoint:
+    """The history point of one telemetry report; figures the report lacks are None."""
+    point = TelemetryPoint(report.device_id, ts, cpu_percent=report.device.cpu_percent,
+                           memory_percent=report.device.memory_percent)
+    stats = report.models
     if not stats:
         return point
     name = max(sorted(stats), key=lambda n: _served(stats[n]))
     main = stats[name]
-    latency = main.get("latency_ms")
-    latency = latency if isinstance(latency, dict) else {}
-    version = str(main.get("version", ""))
-    counts = [_number(s.get("requests")) for s in stats.values()]
-    rates = [_number(s.get("throughput_rps")) for s in stats.values()]
-    return replace(point, model=name, version=int(version) if version.isdigit() else None,
-                   p50_ms=_number(latency.get("p50")), p95_ms=_number(latency.get("p95")),
-                   requests=int(sum(c for c in counts if c is not None)) if any(c is not None for c in counts) else None,
-                   rate_rps=sum(r for r in rates if r is not None) if any(r is not None for r in rates) else None)
+    counts = [s.requests for s in stats.values() if s.requests is not None]
+    rates = [s.throughput_rps for s in stats.values() if s.throughput_rps is not None]
+    return replace(point, model=name, version=int(main.version) if main.version.isdigit() else None,
+                   p50_ms=main.latency_ms.p50, p95_ms=main.latency_ms.p95, requests=sum(counts) if counts else None,
+                   rate_rps=sum(rates) if rates else None)
 
 
 def with_rates(points: Iterable[TelemetryPoint]) -> list[TelemetryPoint]:

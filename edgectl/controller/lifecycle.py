@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from agent.errors import InternalError
+from edgecore.errors import InternalError
 from edgectl.controller.records import RolloutStatus
 
 __all__ = ["REQUESTS", "TRANSITIONS", "IllegalTransition", "RolloutEvent", "advance", "applies_to"]

@@ -13,16 +13,20 @@ and each device must get the manifest of its own target.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from agent.errors import UserError
+from edgecore.errors import UserError
+from edgectl.controller.records import PackageRef
 from edgectl.package import Package
 
 __all__ = [
-    "Plan", "PlannedDevice", "check_variants", "choose_variant", "parse_waves", "plan_rollout", "variant_id", "variant_label",
+    "Plan", "PlannedDevice", "check_variants", "choose_variant", "package_ref", "parse_waves", "plan_rollout", "variant_id",
+    "variant_label",
 ]
 
 # Assumptions for the duration estimate (docs/fleet.md): broker fan-out throughput and the
@@ -35,10 +39,14 @@ MINUTE_S = 60.0
 @dataclass(frozen=True)
 class PlannedDevice:
     device_id: str
-    wave: int  # 1-based; 0 when skipped
+    wave: int  # 1-based; 0 when skipped or refused
     variant: str | None  # variant_id of its package
     target: str | None
-    reason: str = ""
+    reason: str = ""  # why it is skipped or refused; for a device in a wave, a flag (a likely refusal after staging)
+
+
+# Why a device must not get a package (a refusal), and what to flag about it: (refusal or "", note or "").
+Screening = Callable[[dict[str, Any], Package], tuple[str, str]]
 
 
 @dataclass
@@ -48,6 +56,7 @@ class Plan:
     bake_s: float
     waves: int = 0
     skipped: list[PlannedDevice] = field(default_factory=list)
+    refused: list[PlannedDevice] = field(default_factory=list)  # the set it would make cannot go to the device
     max_per_minute: int = 0  # pacing (edgectl/controller/pacing.py): desired states sent a minute within a wave
 
     def wave_devices(self, wave: int) -> list[PlannedDevice]:
@@ -80,12 +89,14 @@ class Plan:
         return {
             "waves": [
                 {"wave": w, "devices": [{"device_id": d.device_id, "target": d.target,
-                                         "variant": variant_label(self.packages[d.variant]) if d.variant else None}
+                                         "variant": variant_label(self.packages[d.variant]) if d.variant else None,
+                                         "note": d.reason}
                                         for d in self.wave_devices(w)],
                  "bytes": self.wave_bytes(w), "pacing_s": round(self.pacing_s(w), 1)}
                 for w in range(1, self.waves + 1)
             ],
             "skipped": [{"device_id": d.device_id, "target": d.target, "reason": d.reason} for d in self.skipped],
+            "refused": [{"device_id": d.device_id, "target": d.target, "reason": d.reason} for d in self.refused],
             "total_bytes": sum(self.wave_bytes(w) for w in range(1, self.waves + 1)),
             "estimated_s": round(self.estimated_s(), 1),
             "bake_s": self.bake_s,
@@ -103,6 +114,18 @@ def variant_label(package: Package) -> str:
     return f"{m.name} v{m.version} ({m.target.name})"
 
 
+WEIGHT_ROLES = ("model", "partition", "graph")  # files a device holds in memory to serve the package
+
+
+def package_ref(package: Package, kept: Path) -> PackageRef:
+    """What a rollout keeps of one variant: the file ``kept`` by the store, what it installs, and what admission counts."""
+    m = package.manifest
+    weights = sum(f.size for f in m.files if f.role in WEIGHT_ROLES)
+    needs = m.pipeline.models if m.pipeline is not None else ()
+    return PackageRef(variant_id(package), m.artifact_id, m.name, m.version, m.target.name, variant_label(package), str(kept),
+                      m.payload.size, m.kind, weights, needs)
+
+
 def parse_waves(text: str) -> list[str]:
     """Check ``1,10%,50%,100%``: counts or percentages, non-decreasing by kind."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -116,13 +139,10 @@ def parse_waves(text: str) -> list[str]:
 
 
 def _cumulative(parts: Sequence[str], total: int) -> list[int]:
-    sizes: list[int] = []
-    for p in parts:
-        n = math.ceil(float(p[:-1]) / 100 * total) if p.endswith("%") else int(float(p))
-        sizes.append(min(max(n, sizes[-1] if sizes else 0), total))
-    if not sizes or sizes[-1] < total:
-        sizes.append(total)
-    return sorted(set(s for s in sizes if s > 0))
+    """Wave sizes: never below the wave before, never above the fleet, and the last one is the whole fleet."""
+    wanted = [math.ceil(float(p[:-1]) / 100 * total) if p.endswith("%") else int(float(p)) for p in parts]
+    sizes = {min(n, total) for n in itertools.accumulate(wanted, max)} | {total}
+    return sorted(s for s in sizes if s > 0)
 
 
 def choose_variant(target: str | None, packages: Sequence[Package]) -> Package | None:
@@ -156,8 +176,11 @@ def check_variants(packages: Sequence[Package]) -> dict[str, Package]:
 
 
 def plan_rollout(devices: Sequence[dict[str, Any]], packages: Sequence[Package], waves: str, bake_s: float,
-                 max_per_minute: int = 0) -> Plan:
-    """Assign each selected device (registry rows) a variant and a wave; ``max_per_minute`` paces the estimate."""
+                 max_per_minute: int = 0, screen: Screening | None = None) -> Plan:
+    """Assign each selected device (registry rows) a variant and a wave; ``max_per_minute`` paces the estimate.
+
+    ``screen`` refuses devices that cannot take the set the package makes for them (left out of the
+    waves, listed in ``refused``) and flags others (the reason of their planned entry)."""
     by_variant = check_variants(packages)
     packages = list(by_variant.values())
     plan = Plan([], by_variant, bake_s, max_per_minute=max_per_minute)
@@ -167,12 +190,16 @@ def plan_rollout(devices: Sequence[dict[str, Any]], packages: Sequence[Package],
         if package is None:
             reason = f"no package for target {d.get('target')!r}"
             plan.skipped.append(PlannedDevice(d["device_id"], 0, None, d.get("target"), reason))
+            continue
+        refusal, note = screen(d, package) if screen is not None else ("", "")
+        if refusal:
+            plan.refused.append(PlannedDevice(d["device_id"], 0, variant_id(package), d.get("target"), refusal))
         else:
-            eligible.append((d, package))
+            eligible.append((d, package, note))
     eligible.sort(key=lambda item: (item[0].get("status") != "online", item[0]["device_id"]))
     start = 0
     for wave, end in enumerate(_cumulative(parse_waves(waves), len(eligible)), start=1):
-        for d, package in eligible[start:end]:
-            plan.devices.append(PlannedDevice(d["device_id"], wave, variant_id(package), d.get("target")))
+        for d, package, note in eligible[start:end]:
+            plan.devices.append(PlannedDevice(d["device_id"], wave, variant_id(package), d.get("target"), note))
         start, plan.waves = end, wave
     return plan

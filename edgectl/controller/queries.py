@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edgectl.controller.records import DeviceRow, PackageRef
+from edgectl.controller.records import DeviceRecord, PackageRef
 
 __all__ = ["DevicePage", "DeviceQuery", "UploadedPackage"]
 
@@ -30,7 +30,7 @@ class DeviceQuery:
 
 @dataclass(frozen=True)
 class DevicePage:
-    rows: list[DeviceRow] = field(default_factory=list)
+    rows: list[DeviceRecord] = field(default_factory=list)
     total: int = 0  # how many devices match, over all pages
 
 

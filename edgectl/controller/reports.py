@@ -4,18 +4,19 @@ Reports are idempotent (QoS 1 redelivers): a row changes only on a real transiti
 rollback command, which agents do not treat idempotently (a second one drops the previous model
 too), is sent again only when the device's own state shows it still runs the new model after a
 reconnect, or when the broker never acknowledged the first one.
+
+A device may be in rollouts of several models at once: an event about another model (its
+``model``) than a rollout's is not that rollout's, and a state is read for the rollout's model only.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from agent.protocol.envelope import Envelope
-from agent.protocol.messages import DeviceEvent
-from edgectl.controller.gates import parse_gates
+from edgecore.protocol.reports import DeviceEvent, DeviceState, RunningModel
+from edgectl.controller.composition import Composer, revert_message
 from edgectl.controller.records import (
     IN_FLIGHT,
     UNSENT,
@@ -24,10 +25,12 @@ from edgectl.controller.records import (
     RolloutDevice,
     RolloutRow,
     RolloutStatus,
+    served_models,
 )
+from edgectl.controller.sets import SetMessage, desired_seq
 from edgectl.controller.store import Store
 
-__all__ = ["Publisher", "Reports", "desired_seq", "runs", "shadow_threshold"]
+__all__ = ["Publisher", "Reports", "desired_seq", "runs"]
 
 D = DeviceStatus
 # A rollout in one of these no longer wants its model anywhere: a device that commits it is rolled back.
@@ -38,11 +41,12 @@ REPLAY = "stale or replayed"  # how agents word the rejection of a message they 
 class Publisher(Protocol):
     """How the engine reaches devices; the service implements it over MQTT."""
 
-    def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> bytes:
-        """Publish (retained) and return the signed desired state: the row's variant, or none when cancelling."""
+    def desired(self, device_id: str, message: SetMessage) -> bytes:
+        """Sign ``message`` (a fresh sequence number), publish it retained, and return the signed desired state."""
 
-    def rollback(self, rollout: RolloutRow, device_id: str) -> tuple[bool, bytes]:
-        """Send a signed rollback command and an empty desired state: (command acknowledged, desired state)."""
+    def rollback(self, rollout: RolloutRow, device_id: str, message: SetMessage) -> tuple[bool, bytes]:
+        """Send a signed rollback command of the rollout's deployment, then ``message`` as the desired state:
+        (command acknowledged, desired state)."""
 
     def send(self, device_id: str, leaf: str, payload: bytes) -> bool:
         """Publish to one device's topic; False when the broker did not take it."""
@@ -51,32 +55,29 @@ class Publisher(Protocol):
         """Tell the artifact server these devices are about to ask: it publishes once all asked, not before."""
 
 
-def runs(active: dict[str, Any], package: PackageRef) -> bool:
-    """Whether a device's active model (from its state) is this package: versions may share a payload."""
-    return (str(active.get("name")), str(active.get("version")), str(active.get("artifact_id"))) == (
-        package.name, str(package.version), package.artifact_id)
+def runs(state: DeviceState, package: PackageRef) -> bool:
+    """Whether a device's state lists this package among what it serves: versions may share a payload."""
+    served = next((m for m in served_models(state) if m.name == package.name), None)
+    return _is(served, package)
 
 
-def shadow_threshold(rollout: RolloutRow, row: RolloutDevice) -> float | None:
-    """The agreement a device must reach in a shadow run before cut-over: first-wave devices of a --shadow rollout."""
-    if not rollout.spec.shadow or row.wave != 1:
-        return None
-    gates = parse_gates(rollout.spec.gates)
-    return max((g.threshold for g in gates if g.metric == "agreement" and g.op in (">=", ">")), default=None)
-
-
-def desired_seq(payload: bytes) -> int:
-    """The sequence number inside a signed desired state (parsed, not verified: we signed it)."""
-    return int(json.loads(Envelope.from_bytes(payload).payload)["seq"])
+def _is(served: RunningModel | None, package: PackageRef) -> bool:
+    return served is not None and (served.name, served.version, served.artifact_id) == (
+        package.name, package.version, package.artifact_id)
 
 
 class Reports:
-    """Device reports to rollout rows; the engine adds waves, gates and operator requests on top."""
+    """Device reports to rollout rows: the engine's collaborator that applies what devices say, and rolls back.
 
-    def __init__(self, store: Store, publisher: Publisher, clock: Callable[[], float] = time.time) -> None:
+    The engine (waves, gates, operator requests) holds one and calls :meth:`roll_back` and
+    :meth:`took` when it halts; the service hands it events, states and births as they come."""
+
+    def __init__(self, store: Store, publisher: Publisher, clock: Callable[[], float] = time.time,
+                 sets: Composer | None = None) -> None:
         self.store = store
         self.publisher = publisher
         self.clock = clock
+        self.sets = sets or Composer(store)
 
     def _rows(self, device_id: str) -> list[tuple[RolloutRow, RolloutDevice]]:
         """The device's rows in every rollout that sent it something."""
@@ -97,6 +98,8 @@ class Reports:
     def on_event(self, device_id: str, event: DeviceEvent) -> None:
         """An event from ``device_id``: the id its topic names, which the broker binds to its certificate."""
         for rollout, row in self._rows(device_id):
+            if event.model is not None and event.model != rollout.spec.model:
+                continue  # about another model of the device's set (its removal, say), under this change's id
             if event.deployment_id == rollout.id:
                 self._apply(rollout, row, event.status, event.state, event.detail, event.data)
             elif _refusal(event) and row.status in (*IN_FLIGHT, D.DEFERRED):
@@ -123,13 +126,12 @@ class Reports:
 
     # -- retained state and reconnects ------------------------------------------------------------
 
-    def on_state(self, device_id: str, state: dict[str, Any]) -> None:
+    def on_state(self, device_id: str, state: DeviceState) -> None:
         """Catch up on reports missed while the controller was down: the retained state tells."""
-        if state.get("deployment") is not None:
+        if state.deployment is not None:
             return
-        active = state.get("active") or {}
         for rollout, row in self._rows(device_id):
-            holds = runs(active, rollout.spec.package(row.variant))
+            holds = runs(state, rollout.spec.package(row.variant))
             if row.status in (*IN_FLIGHT, D.DEFERRED, D.FAILED) and holds:
                 self._apply(rollout, row, "ok", "done", "committed (from the device's state)", {})
             elif row.status == D.ROLLBACK_SENT and not holds:
@@ -150,16 +152,18 @@ class Reports:
         newest: dict[str, tuple[RolloutDevice, bytes]] = {}
         for rollout in self.store.rollouts():
             for row in self.store.rollout_devices(rollout.id):
-                if row.desired is not None and row.status not in UNSENT:
+                if row.desired is None or row.status in UNSENT:
+                    continue
+                kept = newest.get(row.device_id)  # rollouts of several models: the one signed last is the whole set
+                if kept is None or desired_seq(row.desired) > desired_seq(kept[1]):
                     newest[row.device_id] = (row, row.desired)
         count = 0
         for device_id, (row, desired) in newest.items():
             device = self.store.device(device_id)
-            taken = int(((device.state if device else {}) or {}).get("last_seq") or 0)
-            if desired_seq(desired) > taken:
+            if desired_seq(desired) > (device.last_seq if device else 0):
                 self.publisher.send(device_id, "desired", desired)
                 count += 1
-            if row.status == D.ROLLBACK_SENT and row.rollback_due and device is not None:
+            if row.status == D.ROLLBACK_SENT and row.rollback_due and device is not None and device.state is not None:
                 self.on_state(device_id, device.state)
         return count
 
@@ -176,7 +180,8 @@ class Reports:
         # it only while the device's state shows the new model, instead of rolling back blindly again.
         row.status, row.rollback_due = D.ROLLBACK_SENT, True
         self.store.save_rollout_device(row)
-        acked, row.desired = self.publisher.rollback(rollout, row.device_id)
+        acked, row.desired = self.publisher.rollback(rollout, row.device_id,
+                                                     revert_message(self.sets, rollout.spec, rollout.id, row))
         row.rollback_due = not acked
         self.store.save_rollout_device(row)
         self.store.audit("device rollback-sent", "again, after a reconnect" if resent else "", rollout.id, row.device_id)

@@ -1,7 +1,8 @@
 """Device selectors: ``group=lobby,target=jetson-orin`` picks devices by field or tag.
 
 Keys are device fields (``id``, ``target``, ``model``, ``status``, ``agent``) or tag keys from the
-devices' config. A key that is neither is a user error, so a typo never selects nothing (or all)
+devices' config; ``model`` matches a device that serves a model (or pipeline) of that name among
+the several it may run. A key that is neither is a user error, so a typo never selects nothing (or all)
 silently. ``all`` or ``*`` selects every device. A value may end in ``*`` to match a prefix.
 """
 
@@ -11,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.errors import UserError
+from edgecore.errors import UserError
 
 __all__ = ["FIELDS", "Selector", "parse_selector"]
 
@@ -24,7 +25,7 @@ class Selector:
 
     def matches(self, device: dict[str, Any]) -> bool:
         """``device`` is a registry row (``DeviceRecord.to_dict()`` shape)."""
-        return all(_match(_value(device, key), want) for key, want in self.terms)
+        return all(any(_match(value, want) for value in _values(device, key)) for key, want in self.terms)
 
     def check_keys(self, devices: Iterable[dict[str, Any]]) -> None:
         """Refuse keys that are neither a field nor a tag of any known device."""
@@ -51,6 +52,12 @@ def parse_selector(text: str) -> Selector:
             raise UserError(f"selector: {part.strip()!r} is not KEY=VALUE (example: group=lobby,target=jetson-orin)")
         terms.append((key, value))
     return Selector(tuple(terms))
+
+
+def _values(device: dict[str, Any], key: str) -> list[str]:
+    if key == "model" and device.get("models") is not None:
+        return [str(m["name"]) for m in device["models"]] or [""]
+    return [_value(device, key)]
 
 
 def _value(device: dict[str, Any], key: str) -> str:

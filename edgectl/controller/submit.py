@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgectl.controller.gates import parse_gate
-from edgectl.controller.planner import Plan, variant_label
-from edgectl.controller.records import DeviceStatus, PackageRef, Phase, RolloutDevice, RolloutRow, RolloutSpec, RolloutStatus
+from edgectl.controller.planner import Plan, package_ref
+from edgectl.controller.records import DeviceStatus, Phase, RolloutDevice, RolloutRow, RolloutSpec, RolloutStatus
 from edgectl.controller.store import Store
 
 __all__ = ["RolloutOptions", "submit_rollout"]
@@ -30,6 +30,7 @@ class RolloutOptions:
     wave_timeout_s: float = 600.0
     artifact_urls: tuple[str, ...] = ()  # checked by edgectl.artifacts.urls.check_artifact_urls
     max_per_minute: int = 0  # pace: desired states sent a minute within a wave (0: all at once)
+    allow_no_data: bool = False  # a gate without data does not hold a baked wave (recorded in the spec)
 
 
 def _gates(options: RolloutOptions) -> tuple[list[str], float]:
@@ -46,16 +47,12 @@ def _gates(options: RolloutOptions) -> tuple[list[str], float]:
 
 def rollout_spec(store: Store, plan: Plan, options: RolloutOptions) -> RolloutSpec:
     """The spec to record: packages kept by the store, the defaults added to the gates."""
-    packages = []
-    for variant, package in plan.packages.items():
-        m = package.manifest
-        kept = store.keep_package(variant, package.path)
-        packages.append(PackageRef(variant, m.artifact_id, m.name, m.version, m.target.name, variant_label(package), str(kept),
-                                   m.payload.size))
+    packages = [package_ref(package, store.keep_package(variant, package.path)) for variant, package in plan.packages.items()]
     gates, silence_s = _gates(options)
     return RolloutSpec(options.selector, tuple(packages), plan.waves, options.max_failure, options.bake_s, tuple(gates),
                        silence_s, options.shadow, options.allow_downgrade, options.wave_timeout_s,
-                       artifact_urls=options.artifact_urls, max_per_minute=options.max_per_minute)
+                       artifact_urls=options.artifact_urls, max_per_minute=options.max_per_minute,
+                       allow_no_data=options.allow_no_data)
 
 
 def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str = "operator") -> str:
@@ -66,7 +63,13 @@ def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str
     rollout = RolloutRow(rollout_id, time.time(), status, spec, wave=1, phase=Phase.START)
     rows = [RolloutDevice(rollout_id, d.device_id, d.wave, d.variant or "", DeviceStatus.PLANNED) for d in plan.devices]
     rows += [RolloutDevice(rollout_id, d.device_id, 0, "", DeviceStatus.SKIPPED, detail=d.reason) for d in plan.skipped]
+    rows += [RolloutDevice(rollout_id, d.device_id, 0, d.variant or "", DeviceStatus.REFUSED, detail=d.reason)
+             for d in plan.refused]
     store.create_rollout(rollout, rows)
-    store.audit("rollout created", f"{len(plan.devices)} device(s) in {plan.waves} wave(s), {len(plan.skipped)} skipped; "
-                f"gates: {'; '.join(spec.gates)}", rollout_id, actor=actor)
+    store.audit("rollout created", f"{len(plan.devices)} device(s) in {plan.waves} wave(s), {len(plan.skipped)} skipped, "
+                f"{len(plan.refused)} refused; "
+                f"gates: {'; '.join(spec.gates)}" + ("; promotion without data allowed (--allow-no-data)"
+                                                      if spec.allow_no_data else ""), rollout_id, actor=actor)
+    for d in plan.refused:
+        store.audit("device refused", d.reason, rollout_id, d.device_id, actor=actor)
     return rollout_id

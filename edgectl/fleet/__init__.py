@@ -1,14 +1,14 @@
 """The fleet domain layer: what ``edgectl`` commands (and a future REST API) do, without the printing.
 
 ``edgectl/cli/*`` parses arguments, calls these functions and prints what they return; an API
-handler does the same with JSON. Errors are :mod:`agent.errors` exceptions with exit codes.
+handler does the same with JSON. Errors are :mod:`edgecore.errors` exceptions with exit codes.
 """
 
 from __future__ import annotations
 
 from edgectl.fleet.inventory import device_detail, device_page, fleet_devices, fleet_summary, open_store, store_devices
 from edgectl.fleet.packages import load_package, package_keys, upload_package
-from edgectl.fleet.progress import rollout_gates, rollout_status, rollout_waves
+from edgectl.fleet.progress import rollout_gates, rollout_status, rollout_waves, waiting_for_data
 from edgectl.fleet.rollouts import (
     FleetRequest,
     check_done,
@@ -45,4 +45,5 @@ __all__ = [
     "store_devices",
     "upload_package",
     "wait_rollout",
+    "waiting_for_data",
 ]

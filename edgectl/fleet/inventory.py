@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import queue
+from dataclasses import replace
 from typing import Any
 
-from agent.errors import NotFoundError, UserError
-from agent.transport import Message
+from edgecore.errors import NotFoundError, UserError
+from edgecore.transport import Message
 from edgectl.config import EdgectlConfig
 from edgectl.connection import open_transport
+from edgectl.controller.ingest import collect_devices
 from edgectl.controller.queries import DeviceQuery
-from edgectl.controller.records import DeviceRow
-from edgectl.controller.selector import FIELDS, parse_selector
+from edgectl.controller.records import DeviceRecord
+from edgectl.controller.selector import FIELDS, Selector, parse_selector
 from edgectl.controller.store import Store, open_configured
-from edgectl.registry import DeviceRecord, collect_devices
 
-__all__ = ["device_detail", "device_page", "fleet_devices", "fleet_summary", "open_store", "store_devices"]
+__all__ = ["device_detail", "device_page", "fleet_devices", "fleet_records", "fleet_summary", "open_store", "store_devices",
+           "store_records"]
 
 
 def open_store(config: EdgectlConfig, must_exist: bool = True) -> Store:
@@ -33,6 +35,11 @@ def _store_exists(config: EdgectlConfig) -> bool:
 
 def fleet_devices(broker: str | None, config: EdgectlConfig, selector: str) -> list[dict[str, Any]]:
     """Devices from the broker's retained messages (plus the controller store's), filtered by ``selector``."""
+    return [r.to_dict() for r in fleet_records(broker, config, selector)]
+
+
+def fleet_records(broker: str | None, config: EdgectlConfig, selector: str) -> list[DeviceRecord]:
+    """:func:`fleet_devices` as records (births and states read), for planning."""
     chosen = parse_selector(selector)
     inbox: queue.Queue[Message] = queue.Queue()
     transport = open_transport(broker, config, inbox)
@@ -40,16 +47,25 @@ def fleet_devices(broker: str | None, config: EdgectlConfig, selector: str) -> l
         records = collect_devices(transport, inbox)
     finally:
         transport.close()
-    telemetry: dict[str, float | None] = {}
-    if _store_exists(config):
-        for row in open_store(config).devices():
-            records.setdefault(row.id, DeviceRecord.from_row(row))
-            telemetry[row.id] = row.telemetry_ts
-    rows = [r.to_dict() for _, r in sorted(records.items())]
-    for r in rows:
-        r["last_telemetry"] = telemetry.get(r["device_id"])
+    if _store_exists(config):  # the broker's retained reports are newer; the store adds devices and telemetry times
+        for kept in open_store(config).devices():
+            heard = records.get(kept.id)
+            records[kept.id] = kept if heard is None else _merged(heard, kept)
+    return _chosen(chosen, [r for _, r in sorted(records.items())])
+
+
+def _merged(heard: DeviceRecord, kept: DeviceRecord) -> DeviceRecord:
+    """What the broker holds, each report the broker did not hand over (yet) taken from the store."""
+    return replace(heard, telemetry=kept.telemetry, telemetry_ts=kept.telemetry_ts,
+                   online=kept.online if heard.online is None else heard.online,
+                   last_seen=heard.last_seen or kept.last_seen,
+                   birth=heard.birth or kept.birth, state=heard.state or kept.state)
+
+
+def _chosen(chosen: Selector, records: list[DeviceRecord]) -> list[DeviceRecord]:
+    rows = [r.to_dict() for r in records]
     chosen.check_keys(rows)
-    return [r for r in rows if chosen.matches(r)]
+    return [record for record, row in zip(records, rows, strict=True) if chosen.matches(row)]
 
 
 def device_detail(store: Store, device_id: str) -> dict[str, Any]:
@@ -57,7 +73,8 @@ def device_detail(store: Store, device_id: str) -> dict[str, Any]:
     row = store.device(device_id)
     if row is None:
         raise NotFoundError(f"device {device_id!r} is not in the controller store (is `edgectl controller run` running?)")
-    return {**DeviceRecord.from_row(row).to_dict(), "hardware": row.birth.get("hardware"), "telemetry": row.telemetry,
+    return {**row.to_dict(), "hardware": row.birth.hardware if row.birth else None,
+            "telemetry": row.telemetry.to_json() if row.telemetry else {},
             "events": [e.to_dict() for e in store.events(device_id)],
             "latency": [p.to_dict() for p in store.latency(device_id, limit=200)],
             "audit": [a.to_dict() for a in store.audit_log(device_id=device_id, limit=50)]}
@@ -65,10 +82,12 @@ def device_detail(store: Store, device_id: str) -> dict[str, Any]:
 
 def store_devices(store: Store, selector: str) -> list[dict[str, Any]]:
     """Devices from the controller store (what it ingested from the broker), filtered by ``selector``."""
-    chosen = parse_selector(selector)
-    rows = [_summary(row) for row in store.devices()]
-    chosen.check_keys(rows)
-    return [r for r in rows if chosen.matches(r)]
+    return [r.to_dict() for r in store_records(store, selector)]
+
+
+def store_records(store: Store, selector: str) -> list[DeviceRecord]:
+    """:func:`store_devices` as records, for planning."""
+    return _chosen(parse_selector(selector), store.devices())
 
 
 def device_page(store: Store, query: DeviceQuery) -> dict[str, Any]:
@@ -80,7 +99,7 @@ def device_page(store: Store, query: DeviceQuery) -> dict[str, Any]:
         unknown = [k for k, _ in query.terms if k not in FIELDS and k not in tags]
         if unknown:
             raise UserError(f"selector: unknown key {unknown[0]!r} (known: {', '.join([*FIELDS, *sorted(tags)])})")
-    return {"total": page.total, "limit": query.limit, "offset": query.offset, "devices": [_summary(r) for r in page.rows]}
+    return {"total": page.total, "limit": query.limit, "offset": query.offset, "devices": [r.to_dict() for r in page.rows]}
 
 
 def fleet_summary(store: Store) -> dict[str, Any]:
@@ -93,6 +112,3 @@ def fleet_summary(store: Store) -> dict[str, Any]:
     by_model = {f"{name}@{version}" if name else "none": n for (name, version), n in store.device_models().items()}
     return {"total": sum(by_status.values()), "by_status": by_status, "by_target": by_target, "by_model": by_model}
 
-
-def _summary(row: DeviceRow) -> dict[str, Any]:
-    return {**DeviceRecord.from_row(row).to_dict(), "last_telemetry": row.telemetry_ts}

@@ -6,12 +6,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.errors import UserError
-from agent.protocol.envelope import TrustedKeys, load_public_key
-from agent.protocol.manifest import TargetInfo
-from edgectl.controller.planner import variant_id, variant_label
+from edgecore.errors import UserError
+from edgecore.protocol.envelope import TrustedKeys, load_public_key
+from edgecore.protocol.manifest import TargetInfo
+from edgectl.controller.planner import package_ref, variant_id
 from edgectl.controller.queries import UploadedPackage
-from edgectl.controller.records import PackageRef
 from edgectl.controller.store import Store
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
@@ -40,9 +39,8 @@ def upload_package(store: Store, path: Path, trusted: TrustedKeys, actor: str, m
     """Check a signed ``.edgepkg`` against ``trusted`` as a device would, keep it for rollouts, list it; never signs."""
     with tempfile.TemporaryDirectory(prefix="edgectl-upload-") as tmp:
         package = read_package(path, trusted, Path(tmp), max_bytes)
-    variant, m = variant_id(package), package.manifest
-    kept = store.keep_package(variant, path)
-    ref = PackageRef(variant, m.artifact_id, m.name, m.version, m.target.name, variant_label(package), str(kept), m.payload.size)
+    variant = variant_id(package)
+    ref = package_ref(package, store.keep_package(variant, path))
     uploaded = UploadedPackage(ref, time.time(), actor)
     store.save_package(uploaded)
     store.audit("package uploaded", f"{ref.label} v{ref.version} for {ref.target}, variant {variant[:12]}", actor=actor)

@@ -9,17 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.errors import NotFoundError, OperationFailed, UserError
-from agent.protocol.envelope import TrustedKeys
+from edgecore.errors import NotFoundError, OperationFailed, UserError
+from edgecore.protocol.envelope import TrustedKeys
 from edgectl.artifacts.urls import check_artifact_urls
 from edgectl.config import EdgectlConfig
+from edgectl.controller.composition import Composer
 from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
 from edgectl.controller.lifecycle import REQUESTS
-from edgectl.controller.planner import Plan, parse_waves, plan_rollout
-from edgectl.controller.records import FINAL, DeviceStatus, RolloutStatus
+from edgectl.controller.planner import Plan, Screening, package_ref, parse_waves, plan_rollout, variant_id
+from edgectl.controller.records import FINAL, DeviceRecord, DeviceStatus, RolloutSpec, RolloutStatus
+from edgectl.controller.screen import Screen
 from edgectl.controller.store import Store
 from edgectl.controller.submit import RolloutOptions, submit_rollout
-from edgectl.fleet.inventory import fleet_devices, open_store, store_devices
+from edgectl.fleet.inventory import fleet_records, open_store, store_records
 from edgectl.fleet.packages import load_package
 from edgectl.package import Package, read_package
 
@@ -54,6 +56,7 @@ class FleetRequest:
     dry_run: bool = False
     artifact_urls: Sequence[str] = field(default_factory=tuple)  # --artifact-url, repeatable
     max_per_minute: int = 0  # --max-per-minute: pace each wave
+    allow_no_data: bool = False  # --allow-no-data: a gate without data does not hold a baked wave
 
 
 def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOptions:
@@ -67,7 +70,7 @@ def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOpti
     max_failure, bake_s = parse_rate(request.max_failure, "--max-failure"), parse_duration(request.bake, "--bake")
     return RolloutOptions(request.selector, max_failure, bake_s, gates, request.shadow, request.allow_downgrade, wave_timeout_s,
                           artifact_urls=check_artifact_urls(request.artifact_urls, len(request.artifacts)),
-                          max_per_minute=_pace(request.max_per_minute))
+                          max_per_minute=_pace(request.max_per_minute), allow_no_data=request.allow_no_data)
 
 
 def _pace(max_per_minute: int) -> int:
@@ -82,20 +85,38 @@ def check_downgrade(plan: Plan, devices: Sequence[dict[str, Any]], allow: bool) 
     older = []
     for d in plan.devices:
         m = plan.packages[d.variant].manifest if d.variant else None
-        current = by_id[d.device_id]
-        if m and current.get("model") == m.name and (current.get("version") or 0) > m.version:
-            older.append(f"{d.device_id} runs v{current['version']}")
+        current = next((s for s in by_id[d.device_id].get("models") or () if m and s["name"] == m.name), None)
+        if m and current is not None and (current.get("version") or 0) > m.version:
+            older.append(f"{d.device_id} runs {m.name} v{current['version']}")
     if older and not allow:
         raise UserError(f"refusing a downgrade ({'; '.join(older[:5])}): pass --allow-downgrade to roll back on purpose")
 
 
-def plan_fleet_rollout(request: FleetRequest, options: RolloutOptions, packages: Sequence[Any],
-                       devices: Sequence[dict[str, Any]]) -> Plan:
-    if not devices:
+def plan_fleet_rollout(request: FleetRequest, options: RolloutOptions, packages: Sequence[Package],
+                       records: Sequence[DeviceRecord], store: Store) -> Plan:
+    """The plan, each device screened against the set the rollout makes for it (its agent's schema, its memory)."""
+    if not records:
         raise UserError(f"selector {request.selector!r} matches no device (see `edgectl devices`)")
-    plan = plan_rollout(devices, packages, request.waves, options.bake_s, options.max_per_minute)
+    devices = [r.to_dict() for r in records]
+    plan = plan_rollout(devices, packages, request.waves, options.bake_s, options.max_per_minute,
+                        _screening(store, records, packages))
     check_downgrade(plan, devices, request.allow_downgrade)
     return plan
+
+
+def _screening(store: Store, records: Sequence[DeviceRecord], packages: Sequence[Package]) -> Screening:
+    """Each device's verdict on the set this rollout would make for it (controller.screen), by the store's rollouts."""
+    composer = Composer(store)
+    screen = Screen(store, composer)
+    screen.refresh(store.devices())
+    refs = {variant_id(p): package_ref(p, p.path) for p in packages}
+    spec = RolloutSpec("", tuple(refs.values()), 0, 0.0, 0.0, (), 0.0)
+    by_id = {r.id: r for r in records}
+
+    def verdict(device: dict[str, Any], package: Package) -> tuple[str, str]:
+        found = screen.planned(spec, by_id[device["device_id"]], refs[variant_id(package)], 0)
+        return found.refusal, found.note
+    return verdict
 
 
 def deploy_fleet(request: FleetRequest, broker: str | None, config: EdgectlConfig) -> tuple[Plan, str | None]:
@@ -103,8 +124,8 @@ def deploy_fleet(request: FleetRequest, broker: str | None, config: EdgectlConfi
     options = rollout_options(request, config.deploy.timeout_s)
     with tempfile.TemporaryDirectory(prefix="edgectl-fleet-") as tmp:
         packages = [load_package(path, None, None, _workdir(tmp, i)) for i, path in enumerate(request.artifacts)]
-        devices = fleet_devices(broker, config, request.selector)
-        return _record(request, options, packages, devices, lambda: open_store(config, must_exist=False), "operator")
+        records = fleet_records(broker, config, request.selector)
+        return _record(request, options, packages, records, open_store(config, must_exist=False), "operator")
 
 
 def deploy_uploaded(request: FleetRequest, store: Store, trusted: TrustedKeys, wave_timeout_s: float,
@@ -114,7 +135,7 @@ def deploy_uploaded(request: FleetRequest, store: Store, trusted: TrustedKeys, w
     options = rollout_options(request, wave_timeout_s)
     with tempfile.TemporaryDirectory(prefix="edgectl-fleet-") as tmp:
         packages = [read_package(path, trusted, _workdir(tmp, i)) for i, path in enumerate(request.artifacts)]
-        return _record(request, options, packages, store_devices(store, request.selector), lambda: store, actor)
+        return _record(request, options, packages, store_records(store, request.selector), store, actor)
 
 
 def _workdir(tmp: str, i: int) -> Path:
@@ -123,12 +144,12 @@ def _workdir(tmp: str, i: int) -> Path:
     return path
 
 
-def _record(request: FleetRequest, options: RolloutOptions, packages: Sequence[Package], devices: Sequence[dict[str, Any]],
-            store: Callable[[], Store], actor: str) -> tuple[Plan, str | None]:
-    plan = plan_fleet_rollout(request, options, packages, devices)
+def _record(request: FleetRequest, options: RolloutOptions, packages: Sequence[Package], records: Sequence[DeviceRecord],
+            store: Store, actor: str) -> tuple[Plan, str | None]:
+    plan = plan_fleet_rollout(request, options, packages, records, store)
     if request.dry_run:
         return plan, None
-    return plan, submit_rollout(store(), plan, options, actor)
+    return plan, submit_rollout(store, plan, options, actor)
 
 
 def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:
@@ -142,7 +163,8 @@ def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:
         "id": rollout.id, "status": rollout.status.value, "wave": rollout.wave, "waves": spec.wave_count,
         "phase": rollout.phase.value, "reason": rollout.reason, "created": rollout.created, "selector": spec.selector,
         "gates": list(spec.gates), "bake_s": spec.bake_s, "max_failure": spec.max_failure,
-        "max_per_minute": spec.max_per_minute, "packages": [p.label for p in spec.packages],
+        "max_per_minute": spec.max_per_minute, "allow_no_data": spec.allow_no_data,
+        "packages": [p.label for p in spec.packages],
         "devices": [{"device_id": r.device_id, "wave": r.wave, "status": r.status.value, "state": r.state, "detail": r.detail,
                      "variant": spec.package(r.variant).label if r.variant else None,
                      "backend": r.data.get("backend"), "health_p95_ms": r.data.get("health_p95_ms"),

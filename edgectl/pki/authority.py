@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 # write_file: the project's one atomic writer, re-exported for the PKI's callers (mode 0600 for keys).
-from agent.durable import atomic_write as write_file
-from agent.errors import ConfigError, NotFoundError, UserError
-from agent.protocol.topics import validate_id
+from edgecore.durable import atomic_write as write_file
+from edgecore.errors import ConfigError, NotFoundError, UserError
+from edgecore.protocol.topics import validate_id
 from edgectl.pki.certs import Algorithm, PrivateKey, Usage, build_crl, cert_pem, generate_key, issue, key_pem
 
 __all__ = ["CONTROLLER", "FleetPki", "IssuedIdentity", "write_file"]

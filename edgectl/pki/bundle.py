@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from agent.errors import ConfigError, UserError
+from edgecore.errors import ConfigError, UserError
 from edgectl.pki.authority import FleetPki, IssuedIdentity, write_file
 
 __all__ = ["BundleTrust", "enroll_device", "parse_tags", "write_agent_bundle"]

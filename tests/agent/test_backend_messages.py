@@ -9,10 +9,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from agent.backends import Candidate
-from agent.errors import OperationFailed
+from agent.catalog import Candidate
 from agent.hardware import probe_hardware
 from agent.selection import select_backend
+from edgecore.errors import OperationFailed
 
 
 def _conv_over_any_size(path: Path) -> Path:

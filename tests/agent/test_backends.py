@@ -11,10 +11,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from agent.backends import Candidate, Placement, Runner
-from agent.backends.onnxruntime import OrtRunner, OrtSessionLoader, available_providers
-from agent.backends.openvino import OvModelLoader, OvRunner
-from agent.errors import InternalError, ModelError, UserError
+from agent.catalog import Candidate
+from edgecore.backends import Placement, Runner
+from edgecore.backends.onnxruntime import OrtRunner, OrtSessionLoader, available_providers
+from edgecore.backends.openvino import OvModelLoader, OvRunner
+from edgecore.errors import InternalError, ModelError, UserError
 
 BACKENDS = [Candidate("onnxruntime", "CPUExecutionProvider"), Candidate("openvino", "CPU")]
 

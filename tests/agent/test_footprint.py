@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.backends import Candidate
+from agent.catalog import Candidate
 from agent.footprint import footprint_mb
 from tests.agent.test_selection import conv_model
 

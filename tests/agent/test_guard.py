@@ -15,8 +15,9 @@ from agent.guard import MAX_INSTALLS, CrashLoopGuard, GuardPolicy
 from tests.checkout import checkout_env
 from tests.fleet import wait_for
 
-V1 = ActiveModel("a", "m", 1, "1" * 64)
-V2 = ActiveModel("b", "m", 2, "2" * 64)
+V1 = ActiveModel("m/a", "m", 1, "1" * 64)
+V2 = ActiveModel("m/b", "m", 2, "2" * 64)
+OTHER = ActiveModel("other/a", "other", 5, "5" * 64)
 
 _ARMED_CHILD = """
 import sys, time
@@ -24,7 +25,7 @@ from pathlib import Path
 from agent.deploy.slots import ActiveModel
 from agent.guard import CrashLoopGuard, GuardPolicy
 guard = CrashLoopGuard(Path(sys.argv[1]), GuardPolicy())
-with guard.watch(ActiveModel("b", "m", 2, "2" * 64)):
+with guard.watch(ActiveModel("m/b", "m", 2, "2" * 64)):
     print("armed", flush=True)
     time.sleep(60)
 """
@@ -47,20 +48,21 @@ class Clock:
         return self.now
 
 
-def test_k_deaths_while_armed_roll_the_model_back(tmp_path: Path) -> None:
+def test_k_deaths_while_armed_roll_the_model_back_and_no_other(tmp_path: Path) -> None:
     slots = Slots(tmp_path)
-    slots.activate(V1)
+    slots.activate(V1, OTHER)
     slots.activate(V2)
     clock = Clock()
     guard = CrashLoopGuard(tmp_path, GuardPolicy(max_deaths=3, window_s=600), clock)
     for death in (1, 2, 3):
-        assert guard.admit(slots) is None, f"rolled back after {death - 1} deaths"
+        assert guard.admit(slots) == [], f"rolled back after {death - 1} deaths"
         _die_while_armed(tmp_path)
         clock.now += 10
-    verdict = guard.admit(slots)
-    assert verdict is not None and verdict.rolled_back == V2 and verdict.active == V1 and verdict.deaths == 3
+    [verdict] = guard.admit(slots)
+    assert verdict.rolled_back == V2 and verdict.active == V1 and verdict.deaths == 3
     assert "killed or hung the agent 3 times" in verdict.detail()
-    assert slots.active() == V1
+    assert slots.active("m") == V1
+    assert slots.active("other") == OTHER  # the model that did not kill the agent stays
 
 
 def test_deaths_outside_the_window_do_not_count(tmp_path: Path) -> None:
@@ -71,9 +73,9 @@ def test_deaths_outside_the_window_do_not_count(tmp_path: Path) -> None:
     guard = CrashLoopGuard(tmp_path, GuardPolicy(max_deaths=2, window_s=600), clock)
     for _ in range(4):  # one death every 700 s: never two within 600 s
         _die_while_armed(tmp_path)
-        assert guard.admit(slots) is None
+        assert guard.admit(slots) == []
         clock.now += 700
-    assert slots.active() == V2
+    assert slots.active("m") == V2
 
 
 def test_a_clean_stop_while_armed_is_not_a_death(tmp_path: Path) -> None:
@@ -115,16 +117,16 @@ def test_the_rollback_names_the_deployment_that_installed_the_model(tmp_path: Pa
     with guard.watch(V2, "rollout-42"):
         pass  # ACTIVATE's load: it survived, the model was committed
     _die_while_armed(tmp_path)  # later loads of V2 (after restarts) know no deployment id themselves
-    assert guard.admit(slots) is None
+    assert guard.admit(slots) == []
     clock.now += 10
     _die_while_armed(tmp_path)
-    verdict = guard.admit(slots)
-    assert verdict is not None and verdict.rolled_back == V2 and verdict.deployment_id == "rollout-42"
+    [verdict] = guard.admit(slots)
+    assert verdict.rolled_back == V2 and verdict.deployment_id == "rollout-42"
 
 
 def test_the_record_keeps_the_deployments_of_the_last_few_models_only(tmp_path: Path) -> None:
     guard = CrashLoopGuard(tmp_path, GuardPolicy())
-    models = [ActiveModel("a", "m", v, f"{v:064d}") for v in range(1, MAX_INSTALLS + 3)]
+    models = [ActiveModel("m/a", "m", v, f"{v:064d}") for v in range(1, MAX_INSTALLS + 3)]
     for model in models:
         with guard.watch(model, f"d-{model.version}"):
             pass

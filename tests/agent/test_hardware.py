@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends import absent_backends, candidate_backends
+from agent.catalog import absent_backends, candidate_backends
 from agent.hardware import probe_hardware
 
 X86_CPUINFO = "".join(
@@ -269,3 +270,11 @@ def test_linux_probe_has_no_coreml_and_says_why(tmp_path: Path) -> None:
     assert absent[f"onnxruntime/{COREML}"] == (
         "needs apple-silicon hardware: none found (CoreML runs on Apple silicon under macOS, "
         "in onnxruntime's macOS and iOS builds)")
+
+
+def test_probe_of_a_root_that_is_not_there_is_a_usage_error(tmp_path: Path) -> None:
+    """A mistyped --root read as an empty machine (exit 0, no accelerator) would mislead: it is refused, naming it."""
+    done = subprocess.run([sys.executable, "-m", "agent.cli.main", "probe", "--root", str(tmp_path / "absent"), "--json"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "1000"})
+    assert done.returncode == 2 and "--root" in done.stderr and "does not exist" in done.stderr, done.stderr
+    assert done.stdout == ""

@@ -16,9 +16,10 @@ import tritonclient.http as triton
 from onnx import TensorProto, helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
-from agent.backends import Candidate, Runner
+from agent.catalog import Candidate
 from agent.serving import InferenceServer, ModelRegistry
 from agent.telemetry import device_metrics
+from edgecore.backends import Runner
 
 
 def scale_model(path: Path, factor: float) -> Path:
@@ -50,7 +51,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
     registry = ModelRegistry()
     registry.publish("scale", "1", ort_runner(scale_model(tmp_path / "s2.onnx", 2.0)), {"sha256": "abc"})
     server = InferenceServer(
-        registry, max_request_bytes=64 * 1024, device_metrics=lambda: device_metrics(tmp_path)
+        registry, max_request_bytes=64 * 1024, device_metrics=lambda: device_metrics(tmp_path).to_json()
     )
     server.start()
     yield server, registry, tmp_path
@@ -162,8 +163,9 @@ def test_metrics_are_prometheus_text(served: Served) -> None:
     response = conn.getresponse()
     text = response.read().decode()
     assert (response.getheader("Content-Type") or "").startswith("text/plain; version=0.0.4")
-    assert 'edge_agent_inference_requests_total{model="scale"} 1' in text
-    assert 'edge_agent_model_info{model="scale",version="1",backend="onnxruntime/CPUExecutionProvider",placement="cpu"} 1' in text
+    assert 'edge_agent_inference_requests_total{model="scale"} 1.0' in text
+    assert 'edge_agent_model_info{backend="onnxruntime/CPUExecutionProvider",model="scale",placement="cpu",version="1"} 1.0' \
+        in text
     assert 'edge_agent_inference_latency_seconds{model="scale",quantile="0.99"}' in text
     assert "edge_agent_state_disk_free_bytes " in text and "edge_agent_process_resident_bytes " in text
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from agent.config import InferenceSettings
-from agent.errors import ConfigError
 from agent.serving import InferenceServer, ModelRegistry
-from agent.serving.access import server_tls_context
+from agent.serving.access import TlsFiles
+from edgecore.errors import ConfigError
 from edgectl.pki import Algorithm, FleetPki
 from edgectl.pki.certs import Usage
 
@@ -65,7 +65,7 @@ def test_mutual_tls_needs_a_client_certificate_from_the_ca(tmp_path: Path) -> No
         files[name] = (tmp_path / f"{name}.pem", tmp_path / f"{name}.key")
         files[name][0].write_bytes(identity.cert_pem)
         files[name][1].write_bytes(identity.key_pem)
-    tls = server_tls_context(*files["server"], pki.ca_cert_path)
+    tls = TlsFiles(*files["server"], pki.ca_cert_path)
     server = InferenceServer(ModelRegistry(), host="0.0.0.0", tls=tls)  # mutual TLS counts as authentication
     server.start()
     try:

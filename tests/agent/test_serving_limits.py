@@ -19,10 +19,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from agent.backends import Runner
 from agent.serving import InferenceServer, ModelRegistry
 from agent.serving.http11 import HttpLimits
 from agent.serving.server import ServingLimits
+from edgecore.backends import Runner
 from tests.agent.test_serving import ort_runner, scale_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,7 +179,7 @@ def test_inflight_budget_refuses_with_503_while_a_slow_body_holds_it(registry: M
     server = start(registry, max_inflight_bytes=100_000, body_timeout_s=1.0)
     try:
         slow = socket.create_connection(("127.0.0.1", server.port))
-        slow.sendall(b"POST /v2/models/scale/infer HTTP/1.1\r\nContent-Length: 9000\r\n\r\n{")  # reserves 9000 x 9
+        slow.sendall(b"POST /v2/models/scale/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 9000\r\n\r\n{")  # reserves 9000 x 9
         time.sleep(0.2)
         assert server.budget.used == 81_000
         status, body, _ = call(server.port, infer_body(200))
@@ -230,7 +230,7 @@ def fill_model(path: Path) -> Path:
 _MEMORY_SERVER = """
 import sys, time
 from pathlib import Path
-from agent.backends import Candidate
+from agent.catalog import Candidate
 from agent.serving import InferenceServer, ModelRegistry
 registry = ModelRegistry()
 registry.publish("fill", "1", Candidate("onnxruntime", "CPUExecutionProvider").open(Path(sys.argv[1])))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from agent.backends import TensorSpec
 from agent.shadow import MIN_SAMPLES, measure_agreement, shadow_inputs
+from edgecore.backends import TensorSpec
 
 SPEC = [TensorSpec("x", "float32", [1, 4])]
 

@@ -10,7 +10,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from agent.telemetry import ModelStats, device_metrics, prometheus_text
+from agent.telemetry import ModelStats, device_metrics
+from edgecore.protocol.reports import ModelTelemetry, Telemetry
 from tests.brokers import BrokerProcess
 
 
@@ -59,30 +60,20 @@ def test_device_metrics_read_thermal_from_the_root(tmp_path: Path) -> None:
     (zone / "type").write_text("soc-thermal\n")
     (zone / "temp").write_text("61250\n")
     metrics = device_metrics(tmp_path / "state/not-created-yet", hardware_root=tmp_path / "root")
-    assert metrics["temperature_c"] == {"thermal_zone3:soc-thermal": 61.25}
-    assert metrics["state_disk"]["total_bytes"] > 0 and metrics["process_rss_bytes"] > 0
-    assert 0 < metrics["memory_used_bytes"] <= metrics["memory_total_bytes"]
-    json.dumps(metrics)
-
-
-def test_prometheus_text_escapes_labels() -> None:
-    models = {'odd"name': {"version": "1", "backend": "openvino/CPU", "placement": {"verdict": "cpu"},
-                           "requests": 3, "errors": 1, "latency_ms": {"p50": 1.0, "p95": 2.0, "p99": 3.0},
-                           "latency_sum_s": 0.004, "throughput_rps": 1.5}}
-    text = prometheus_text(models, {"cpu_percent": 12.5, "temperature_c": {"thermal_zone0:cpu": 40.0}})
-    assert 'edge_agent_inference_requests_total{model="odd\\"name"} 3' in text
-    assert 'edge_agent_inference_latency_seconds{model="odd\\"name",quantile="0.95"} 0.002' in text
-    assert 'edge_agent_inference_latency_seconds_count{model="odd\\"name"} 2' in text
-    assert "edge_agent_cpu_percent 12.5" in text
-    assert 'edge_agent_temperature_celsius{sensor="thermal_zone0:cpu"} 40.0' in text
-    assert text.endswith("\n")
+    assert metrics.temperature_c == {"thermal_zone3:soc-thermal": 61.25}
+    assert metrics.state_disk is not None and metrics.state_disk.total_bytes > 0
+    assert metrics.process_rss_bytes is not None and metrics.process_rss_bytes > 0
+    assert metrics.memory_used_bytes is not None and metrics.memory_total_bytes is not None
+    assert 0 < metrics.memory_used_bytes <= metrics.memory_total_bytes
+    json.dumps(metrics.to_json())
 
 
 def test_telemetry_reaches_a_real_mqtt_subscriber(mosquitto: BrokerProcess, tmp_path: Path) -> None:
-    """The telemetry dict is what the daemon publishes: it must survive JSON over a real broker."""
+    """The telemetry report the daemon publishes survives a real broker and reads back with its types."""
     stats = ModelStats()
     stats.record(0.003)
-    payload = {"models": {"m": stats.snapshot()}, "device": device_metrics(tmp_path)}
+    served = ModelTelemetry.from_json({"version": "1", **stats.snapshot()})
+    payload = Telemetry("dev", 1.0, device_metrics(tmp_path), {"m": served})
     received: queue.Queue[bytes] = queue.Queue()
     subscriber = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="telemetry-sub")
     subscriber.on_message = lambda client, userdata, message: received.put(bytes(message.payload))
@@ -95,11 +86,11 @@ def test_telemetry_reaches_a_real_mqtt_subscriber(mosquitto: BrokerProcess, tmp_
         publisher.connect("127.0.0.1", mosquitto.port)
         publisher.loop_start()
         # Retained so that the subscription racing the publish cannot miss it.
-        info = publisher.publish("edge/v1/test/telemetry", json.dumps(payload), qos=1, retain=True)
+        info = publisher.publish("edge/v1/test/telemetry", payload.to_payload(), qos=1, retain=True)
         info.wait_for_publish(timeout=10)
-        got = json.loads(received.get(timeout=10))
+        got = Telemetry.from_payload(received.get(timeout=10))
     finally:
         publisher.loop_stop()
         subscriber.loop_stop()
-    assert got["models"]["m"]["requests"] == 1
-    assert got["device"]["state_disk"]["path"] == str(tmp_path)
+    assert got.models["m"].requests == 1 and got.models["m"].latency_ms.p50 == 3.0
+    assert got.device.state_disk is not None and got.device.state_disk.path == str(tmp_path)

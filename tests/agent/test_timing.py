@@ -12,9 +12,13 @@ from agent.timing import (
     MIN_ROUNDS,
     P95_MIN_RUNS,
     TIE_MARGIN,
+    Budget,
     Decision,
+    Standing,
     Timing,
     contest,
+    decide,
+    judge,
     ratio_interval,
     resolve_tie,
 )
@@ -57,7 +61,7 @@ class FakeBench:
 def run(bench: FakeBench, names: Sequence[str] = ("a", "b"), budget_s: float = 5.0,
         memory_mb: Sequence[float | None] | None = None) -> Decision:
     memory = (lambda index: memory_mb[index]) if memory_mb is not None else None
-    return contest(names, bench.run_block, budget_s=budget_s, clock=bench.clock, memory=memory).decision
+    return contest(names, bench.run_block, budget=Budget(budget_s), clock=bench.clock, memory=memory).decision
 
 
 def test_a_clearly_faster_backend_wins_beyond_the_noise_before_the_budget() -> None:
@@ -102,25 +106,92 @@ def test_a_tie_goes_to_the_lower_p95_first() -> None:
     assert (decision.winner, decision.tie, decision.rule) == ("b", True, "p95")
 
 
-def test_when_the_noise_never_clears_the_budget_ends_it_as_a_tie() -> None:
+def test_while_the_noise_never_clears_it_keeps_measuring_to_the_budget_then_picks_by_the_estimate() -> None:
+    """No tie called on no evidence: the interval straddles 1 and reaches beyond the band, so memory never decides."""
+    asked: list[int] = []
+
+    def memory(index: int) -> float:
+        asked.append(index)
+        return [200.0, 10.0][index]  # the memory rule would pick b
+
     bench = FakeBench([0.100, 0.103], noise=0.4, seed=3)
-    decision = run(bench, budget_s=3.0, memory_mb=[None, None])
-    assert decision.tie and decision.rule in {"p95", "order"}
+    result = contest(["a", "b"], bench.run_block, budget=Budget(3.0), clock=bench.clock, memory=memory)
+    decision = result.decision
+    assert (decision.tie, decision.rule, asked) == (False, "estimate", [])
     assert decision.low is not None and decision.high is not None and decision.low < 1.0 < decision.high
-    assert bench.now >= 3.0 and decision.blocks >= MIN_ROUNDS
+    assert not 1 / (1 + TIE_MARGIN) <= decision.low <= decision.high <= 1 + TIE_MARGIN
+    winner = result.winner
+    assert decision.winner == "ab"[winner] and result.timings[winner].blocks  # the leader by the estimate
+    log_means = [np.mean(np.log(list(t.blocks.values()))) for t in result.timings]
+    assert winner == int(np.argmin(log_means))
+    assert bench.now >= 3.0 and decision.blocks > MIN_ROUNDS and decision.budget_s == 3.0
+
+
+def test_the_round_budget_ends_the_measuring_too() -> None:
+    bench = FakeBench([0.100, 0.100], noise=0.4, seed=3)
+    decision = contest(["a", "b"], bench.run_block, budget=Budget(3600.0, rounds=8), clock=bench.clock).decision
+    assert (decision.blocks, decision.rule) == (8, "estimate") and bench.now < 3600.0
 
 
 def test_the_minimum_rounds_hold_whatever_the_budget() -> None:
     bench = FakeBench([0.5, 0.5], noise=0.3, seed=1)
     decision = run(bench, budget_s=0.1)
-    assert decision.blocks == MIN_ROUNDS and decision.tie
+    assert decision.blocks == MIN_ROUNDS and decision.rule == "estimate" and not decision.tie
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_backend_1_3x_faster_wins_under_heavy_noise_whatever_memory_and_order_say(seed: int) -> None:
+    """The bug of issue 21: 1.3-1.7x faster backends lost to the tie rule (memory, then order) on a short budget."""
+    decision = run(FakeBench([0.013, 0.010], noise=0.3, seed=seed, neighbour=2.0), budget_s=3.0, memory_mb=[10.0, 500.0])
+    assert decision.winner == "b" and not decision.tie and decision.rule in {"faster", "estimate"}, decision
 
 
 def test_a_candidate_slower_beyond_the_noise_stops_being_timed() -> None:
     bench = FakeBench([0.010, 0.030, 0.010], noise=0.15)
     decision = run(bench, names=("a", "slow", "c"), memory_mb=[30.0, 30.0, 30.0])
-    assert decision.winner == "a" and decision.runner_up == "c" and decision.tie
+    assert decision.winner in {"a", "c"} and decision.runner_up == ({"a", "c"} - {decision.winner}).pop()
     assert bench.blocks[1] < bench.blocks[0] == bench.blocks[2]
+
+
+def _blocks(*ratios: Sequence[float]) -> list[dict[int, float]]:
+    """Block medians by round: candidate 0 at 10 ms, each other at 10 ms times its ratio in that round."""
+    rounds = len(ratios[0])
+    return [{r: 0.010 for r in range(rounds)}] + [{r: 0.010 * q for r, q in enumerate(qs)} for qs in ratios]
+
+
+def test_judge_calls_a_tie_only_inside_the_noise_band() -> None:
+    inside = _blocks([1.01, 0.99, 1.02, 1.00, 1.01, 0.995, 1.005, 1.01])
+    assert judge(inside, [0, 1]) == Standing(leader=0, tied=(1,))
+    # The same mean, but the interval reaches past 1.05: not a tie, not slower either; unsure.
+    wide = _blocks([1.10, 0.92, 1.12, 0.95, 1.01, 0.90, 1.15, 0.93])
+    assert judge(wide, [0, 1]) == Standing(leader=0, unsure=(1,))
+    assert not judge(wide, [0, 1]).settled and judge(inside, [0, 1]).settled
+
+
+def test_judge_puts_a_candidate_slower_beyond_the_noise_out_and_the_leader_first() -> None:
+    standing = judge(_blocks([1.31, 1.29, 1.33, 1.30, 1.28], [0.99, 1.01, 1.0, 1.02, 0.98]), [0, 1, 2])
+    assert (standing.leader, standing.slower, set(standing.tied)) == (0, (1,), {2}) or standing.leader == 2
+    assert standing.live == [standing.leader, *standing.tied] and 1 not in standing.live
+    faster_second = judge(_blocks([0.70, 0.72, 0.69, 0.71, 0.70]), [0, 1])
+    assert (faster_second.leader, faster_second.slower) == (1, (0,))
+
+
+def test_decide_asks_memory_only_for_a_true_tie() -> None:
+    timings = [Timing(tuple([0.010] * 10), {r: 0.010 for r in range(5)}),
+               Timing(tuple([0.010] * 10), {r: 0.0101 for r in range(5)})]
+    asked: list[int] = []
+
+    def memory(index: int) -> float:
+        asked.append(index)
+        return [300.0, 20.0][index]
+
+    unsure = decide(["a", "b"], timings, Standing(0, unsure=(1,)), 5, memory)
+    assert (unsure.decision.winner, unsure.decision.rule, unsure.decision.tie, asked) == ("a", "estimate", False, [])
+    slower = decide(["a", "b"], timings, Standing(0, slower=(1,)), 5, memory)
+    assert (slower.decision.winner, slower.decision.rule, asked) == ("a", "faster", [])
+    tied = decide(["a", "b"], timings, Standing(0, tied=(1,)), 5, memory)
+    assert (tied.decision.winner, tied.decision.rule, tied.decision.tie) == ("b", "memory", True)
+    assert sorted(asked) == [0, 1] and tied.memory_mb == {0: 300.0, 1: 20.0}
 
 
 def test_a_single_candidate_is_timed_and_chosen() -> None:
@@ -155,10 +226,10 @@ def test_memory_is_asked_only_for_a_tie_that_reaches_it() -> None:
         asked.append(index)
         return 10.0
 
-    contest(["a", "b"], FakeBench([0.010, 0.0125]).run_block, budget_s=5.0, clock=FakeBench([]).clock, memory=memory)
+    contest(["a", "b"], FakeBench([0.010, 0.0125]).run_block, budget=Budget(5.0), clock=FakeBench([]).clock, memory=memory)
     assert asked == []
     bench = FakeBench([0.010, 0.030, 0.010], noise=0.02)
-    result = contest(["a", "slow", "c"], bench.run_block, budget_s=5.0, clock=bench.clock, memory=memory)
+    result = contest(["a", "slow", "c"], bench.run_block, budget=Budget(5.0), clock=bench.clock, memory=memory)
     assert result.decision.rule == "order" and sorted(asked) == [0, 2] and result.memory_mb == {0: 10.0, 2: 10.0}
 
 

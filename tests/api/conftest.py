@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agent.protocol.envelope import TrustedKeys
+from edgecore.protocol.envelope import TrustedKeys
 from edgectl.api.accounts import Accounts, parse_role
 from edgectl.controller.store import open_url
 from edgectl.keys import Keyring

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agent.errors import ConfigError
+from edgecore.errors import ConfigError
 from edgectl.api import ApiServer, api_context, api_routes
 from edgectl.api.server import server_tls
 from edgectl.config import EdgectlConfig
@@ -47,9 +47,9 @@ def test_off_loopback_needs_tls_or_insecure(tmp_path: Path) -> None:
     ctx = api_context(SqliteStore(tmp_path / "c.db"), EdgectlConfig())
     with pytest.raises(ConfigError, match="not loopback and has no TLS"):
         ApiServer(ctx, api_routes(ctx), "0.0.0.0", 0)
-    ApiServer(ctx, api_routes(ctx), "0.0.0.0", 0, insecure=True).httpd.server_close()
+    ApiServer(ctx, api_routes(ctx), "0.0.0.0", 0, insecure=True).stop()
     cert, key = _self_signed(tmp_path)
-    ApiServer(ctx, api_routes(ctx), "0.0.0.0", 0, tls=server_tls(cert, key)).httpd.server_close()
+    ApiServer(ctx, api_routes(ctx), "0.0.0.0", 0, tls=server_tls(cert, key)).stop()
     with pytest.raises(ConfigError, match="go together"):
         server_tls(cert, None)
 

@@ -28,7 +28,8 @@ def dashboard_metrics(path: Path = DASHBOARD) -> set[str]:
     for expr in exprs:
         without_labels = re.sub(r"\{[^}]*\}", "", re.sub(r"\[[^\]]*\]", "", expr))
         without_groupings = re.sub(r"\b(by|without|on)\s*\([^)]*\)", "", without_labels)
-        names |= {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", without_groupings) if w not in PROMQL_WORDS}
+        words = re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*(?![a-zA-Z0-9_:])(?!\s*\()", without_groupings)  # a call is no metric
+        names |= {w for w in words if w not in PROMQL_WORDS}
     return names
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.transport import Message, MqttTransport
+from edgecore.transport import Message, MqttTransport
 
 
 def _read_packet(conn: socket.socket) -> tuple[int, bytes]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import BrokerUnavailable, ConfigError
-from agent.transport import Message, MqttTransport, broker_urls, check_transport_security
+from edgecore.errors import BrokerUnavailable, ConfigError
+from edgecore.transport import Message, MqttTransport, broker_urls, check_transport_security, start_index
 from tests.brokers import BrokerProcess, mosquitto_binary, start_mosquitto
 from tests.fleet import wait_for
 
@@ -36,6 +36,15 @@ def on(transport: MqttTransport, broker: BrokerProcess) -> bool:
     return transport.connected and transport.address.port == broker.port
 
 
+def listed(client_id: str, *order: BrokerProcess) -> list[str]:
+    """The brokers' URLs placed so that ``client_id`` tries them in ``order``: each client starts where its id hashes to."""
+    urls = [""] * len(order)
+    first = start_index(client_id, len(order))
+    for i, broker in enumerate(order):
+        urls[(first + i) % len(order)] = broker.url
+    return urls
+
+
 def publish_to(broker: BrokerProcess, topic: str, payload: bytes) -> None:
     sender = MqttTransport(broker.url, f"sender-{time.monotonic_ns()}", inbox=queue.Queue())
     sender.connect()
@@ -49,7 +58,7 @@ def test_connects_to_the_first_that_answers_then_fails_over_in_list_order_and_re
     kill(a)
     inbox: queue.Queue[Message] = queue.Queue()
     hooks: list[int] = []
-    transport = MqttTransport([a.url, b.url, c.url], "failover-test", inbox=inbox,
+    transport = MqttTransport(listed("failover-test", a, b, c), "failover-test", inbox=inbox,
                               on_connect=lambda: hooks.append(transport.address.port))
     transport.connect(timeout=5)
     try:
@@ -71,7 +80,7 @@ def test_connects_to_the_first_that_answers_then_fails_over_in_list_order_and_re
 
 def test_two_nodes_down_in_a_row_are_skipped(three: list[BrokerProcess]) -> None:
     a, b, c = three
-    transport = MqttTransport(f"{a.url}, {b.url},{c.url}", "skip-test", inbox=queue.Queue())
+    transport = MqttTransport(", ".join(listed("skip-test", a, b, c)), "skip-test", inbox=queue.Queue())
     transport.connect(timeout=5)
     try:
         assert on(transport, a)
@@ -84,13 +93,29 @@ def test_two_nodes_down_in_a_row_are_skipped(three: list[BrokerProcess]) -> None
 
 def test_a_lost_connection_moves_on_even_when_the_old_node_is_back_at_once(three: list[BrokerProcess]) -> None:
     a, b, _ = three
-    transport = MqttTransport([a.url, b.url], "moves-on", inbox=queue.Queue())
+    transport = MqttTransport(listed("moves-on", a, b), "moves-on", inbox=queue.Queue())
     transport.connect(timeout=5)
     try:
+        assert on(transport, a)
         a.restart()  # back before the reconnect backoff (at least 0.5 s) is over
         wait_for(lambda: on(transport, b), 20, "failover to b")
     finally:
         transport.close()
+
+
+def test_a_list_spreads_clients_over_the_nodes_each_client_on_the_same_node_every_time(three: list[BrokerProcess]) -> None:
+    urls = [broker.url for broker in three]
+    ports = []
+    for i in range(12):
+        transport = MqttTransport(urls, f"device-{i:03d}", inbox=queue.Queue())
+        transport.connect(timeout=5)
+        try:
+            ports.append(transport.address.port)
+        finally:
+            transport.close()
+    assert {broker.port for broker in three} == set(ports)  # not every client on the first URL
+    assert start_index("device-007", 3) == start_index("device-007", 3) == [b.port for b in three].index(ports[7])
+    assert start_index("any", 1) == 0 and start_index("any", 0) == 0
 
 
 def test_one_url_reconnects_to_the_same_broker(three: list[BrokerProcess]) -> None:

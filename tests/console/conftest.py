@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agent.protocol.manifest import TargetInfo
+from edgecore.protocol.manifest import TargetInfo
 from edgectl.examples import tiny_classifier
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, build_package
@@ -26,7 +26,7 @@ from tests.console.browser import Browser, missing
 from tests.fleet import EdgectlHome, wait_for
 
 # The simulated fleet: three profiles, so that each test rolls out to its own devices by target.
-PROFILES = {"cpu-x86": 3, "nnapi": 2, "jetson-orin": 2}
+PROFILES = {"cpu-x86": 3, "nnapi": 2, "jetson-orin": 2, "qnn-htp": 3}
 ROLES = ("viewer", "operator", "admin")
 # Set to a folder to save screenshots of the main pages there (scripts/screenshots sets it to docs/images).
 SCREENSHOTS = os.environ.get("CONSOLE_SCREENSHOTS")

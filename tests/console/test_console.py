@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
+import urllib.request
 
 import pytest
+from selenium.webdriver.common.action_chains import ActionChains
 
 from tests.console.browser import Browser
 from tests.console.conftest import PROFILES, ConsolePlane, screenshot
@@ -92,7 +95,9 @@ def test_sign_in_and_see_the_simulated_fleet(plane: ConsolePlane, browser: Brows
     rows = browser.attributes("#devices-table tbody tr", "data-device")
     assert rows == ["sim-jetson-orin-000", "sim-jetson-orin-001", "sim-nnapi-000"], rows
     browser.click("#next")
-    browser.wait(lambda: browser.text("#page-info") == f"7–7 of {total}", 20, "the last page")
+    browser.wait(lambda: browser.text("#page-info") == f"7–9 of {total}", 20, "the third page")
+    browser.click("#next")
+    browser.wait(lambda: browser.text("#page-info") == f"10–10 of {total}", 20, "the last page")
     assert not browser.enabled("#next")
 
 
@@ -131,6 +136,10 @@ def test_start_a_rollout_from_the_console_and_watch_it_reach_done(plane: Console
 
     browser.go("/devices/sim-cpu-x86-000", ready="device")
     browser.wait(lambda: browser.text("#device-model") == "classifier v1", 20, "the device page showing its new model")
+    row = "#device-models tr[data-model='classifier'] td"  # every model the device serves, with its version and backend
+    browser.wait(lambda: browser.all(row), 20, "the classifier's row in the device's models")
+    cells = browser.text("#device-models tr[data-model='classifier']")
+    assert "v1" in cells and "onnxruntime" in cells, cells
     for chart in ("Inference latency", "Inference rate", "CPU", "Memory"):
         line = f"figure[data-chart='{chart}'] svg path"
         browser.wait(lambda line=line: browser.all(line), 20, f"a line in {chart}")  # type: ignore[misc]
@@ -215,3 +224,150 @@ def test_a_body_a_route_does_not_read_leaves_the_connection_usable(plane: Consol
         assert statuses == [200, 200, 200], statuses
     finally:
         connection.close()
+
+
+# -- the rollout page: waves, gates without data, an operator's abort, live updates, narrow screens, charts ----------
+
+def _rollout(plane: ConsolePlane, selector: str, **body: object) -> str:
+    request = {"packages": [_uploaded(plane, "classifier", 1)], "selector": selector, "waves": "1,100%", "bake": "1s", **body}
+    status, created = plane.api("POST", "/rollouts", body=request)
+    assert status == 201, created
+    return str(created["rollout_id"])
+
+
+def _settled(plane: ConsolePlane, rollout_id: str) -> None:
+    """Abort a rollout (if it still runs) and wait until it is settled, so the next test finds its devices free."""
+    plane.api("POST", f"/rollouts/{rollout_id}/abort", body={})
+    deadline = time.monotonic() + 60
+    while plane.api("GET", f"/rollouts/{rollout_id}", "viewer")[1]["status"] not in ("aborted", "done", "rolled-back"):
+        assert time.monotonic() < deadline, f"rollout {rollout_id} did not settle"
+        time.sleep(0.5)
+
+
+def _metrics(plane: ConsolePlane) -> str:
+    request = urllib.request.Request(f"{plane.url}/metrics", headers={"Authorization": f"Bearer {plane.tokens['viewer']}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(response.read().decode())
+
+
+def _live_update(browser: Browser) -> None:
+    """Wait for the page's next live update to finish."""
+    def refreshed() -> int:
+        return int(browser.js("return Number(document.body.dataset.refreshed || 0)"))
+    before = refreshed()
+    browser.wait(lambda: refreshed() > before, 20, "a live update")
+
+
+def _wave_cell(browser: Browser, wave: int, cell: str) -> str:
+    return browser.text(f"#waves tr[data-wave='{wave}'] td.{cell}")
+
+
+def test_a_gate_without_data_holds_the_wave_in_the_console_api_and_metrics(plane: ConsolePlane, browser: Browser) -> None:
+    """The qnn-htp devices run no model yet: no previous p95 to compare with, so the ratio gate has no data."""
+    rollout_id = _rollout(plane, "target=qnn-htp", gates=["p95_latency <= 1.2x"])
+    try:
+        browser.sign_in(plane.tokens["operator"])
+        browser.go(f"/rollouts/{rollout_id}", ready="rollout")
+        browser.wait(lambda: browser.all("#waiting-for-data"), 90, "the waiting-for-data banner")
+        banner = browser.text("#waiting-for-data")
+        assert "Wave 1 is waiting for data" in banner and "p95_latency <= 1.2x" in banner and "halts at" in banner, banner
+        assert browser.attributes("#gates tr[data-gate='p95_latency <= 1.2x']", "data-verdict") == ["no data"]
+        assert "waiting for data" in browser.text("#rollout-wave")
+        status = plane.api("GET", f"/rollouts/{rollout_id}", "viewer")[1]
+        assert status["status"] == "running" and status["wave"] == 1 and status["phase"] == "waiting"
+        waiting = status["waiting_for_data"]
+        assert waiting["gates"] == ["p95_latency <= 1.2x"] and waiting["deadline"] > time.time()
+        assert waiting["deadline"] == pytest.approx(waiting["since"] + 600)  # deploy.timeout_s after the bake
+        gate = next(g for g in status["gate_values"] if g["metric"] == "p95_latency")
+        assert (gate["verdict"], gate["holds"], gate["value"]) == ("no data", False, None)
+        metrics = _metrics(plane)
+        labels = f'gate="p95_latency <= 1.2x",metric="p95_latency",rollout="{rollout_id}"'
+        assert f"edgectl_rollout_gate_no_data{{{labels}}} 1.0" in metrics
+        assert f"edgectl_rollout_gate_holds{{{labels}}} 0.0" in metrics
+        assert f'edgectl_rollout_data_deadline_seconds{{rollout="{rollout_id}",wave="1"}}' in metrics
+    finally:
+        _settled(plane, rollout_id)
+
+    allowed = _rollout(plane, "target=qnn-htp", gates=["p95_latency <= 1.2x"], allow_no_data=True)
+    deadline = time.monotonic() + 120
+    while (status := plane.api("GET", f"/rollouts/{allowed}", "viewer")[1])["status"] != "done":
+        assert time.monotonic() < deadline and status["status"] == "running", status
+        time.sleep(0.5)
+    assert status["allow_no_data"] is True
+    audit = plane.api("GET", f"/audit?rollout_id={allowed}", "viewer")[1]["entries"]
+    assert any("promotion without data allowed" in a["detail"] for a in audit if a["action"] == "rollout created")
+
+
+def test_planned_waves_an_operators_abort_and_live_updates_on_the_rollout_page(plane: ConsolePlane, browser: Browser) -> None:
+    rollout_id = _rollout(plane, "target=qnn-htp", bake="1h")
+    try:
+        browser.sign_in(plane.tokens["operator"])
+        browser.go(f"/rollouts/{rollout_id}", ready="rollout")
+        _mark_page(browser)
+        browser.wait(lambda: _wave_cell(browser, 1, "wave-state") == "baking", 90, "wave 1 baking")
+        assert (_wave_cell(browser, 2, "wave-state"), _wave_cell(browser, 2, "installing"),
+                _wave_cell(browser, 2, "planned")) == ("planned", "0", "2")
+
+        # Live updates keep the buttons: the focused one keeps the focus, an element found before a poll still clicks.
+        browser.js("const b = document.querySelector('[data-action=pause]'); b.focus(); b.__kept = true;")
+        abort = browser.css("[data-action=abort]")
+        for _ in range(3):  # three live updates, each redrawing the page with the rollout's newest status
+            _live_update(browser)
+        assert browser.js("return document.activeElement.dataset.action === 'pause' && document.activeElement.__kept === true")
+        abort.click()  # found before the updates: a rebuilt page would raise StaleElementReferenceException here
+        browser.wait(lambda: browser.css("#confirm").is_displayed(), 10, "the confirmation dialog")
+        browser.click("#confirm-ok")
+        _wait_status(browser, "aborted", 90)
+        assert _same_page(browser)
+
+        assert (_wave_cell(browser, 1, "failed"), _wave_cell(browser, 1, "rolled-back")) == ("0", "1 (by the operator)")
+        assert (_wave_cell(browser, 2, "wave-state"), _wave_cell(browser, 2, "planned")) == ("cancelled", "0")  # never started
+        states = browser.text("#device-states")
+        assert "rolled back by the operator 1" in states and "failed" not in states, states
+        assert "rolled back by the operator" in browser.text("#rollout-devices tbody")
+        verdicts = browser.attributes("#gates tbody tr", "data-verdict")
+        assert verdicts and set(verdicts) == {"not judged"}, verdicts  # no "failure_rate 100 % fail" after an abort
+    finally:
+        _settled(plane, rollout_id)
+
+
+def test_pages_read_on_a_400_px_screen(plane: ConsolePlane, browser: Browser) -> None:
+    rollout_id = _rollout(plane, "target=qnn-htp", bake="1h")  # waves, gates and devices to lay out
+    browser.sign_in(plane.tokens["viewer"])
+    size = browser.driver.get_window_size()
+    browser.driver.set_window_size(400, 900)
+    try:
+        # Signing in lands on "/": each route differs from the one before it, or no hashchange would draw the page.
+        for page, ready in (("/devices", "devices"), ("/", "fleet"), ("/rollouts", "rollouts"), ("/packages", "packages"),
+                            (f"/rollouts/{rollout_id}", "rollout"), ("/devices/sim-qnn-htp-000", "device")):
+            browser.go(page, ready=ready)
+            width = browser.js("return [document.documentElement.scrollWidth, window.innerWidth]")
+            assert width[0] <= width[1], f"{page} is {width[0]} px wide in a {width[1]} px window"
+        browser.go(f"/rollouts/{rollout_id}", ready="rollout")
+        assert browser.js("const t = document.getElementById('rollout-devices'); return t.parentElement.scrollWidth > 0 "
+                          "&& getComputedStyle(t.parentElement).overflowX === 'auto'")  # the table scrolls in its box
+    finally:
+        browser.driver.set_window_size(size["width"], size["height"])
+        _settled(plane, rollout_id)
+
+
+def test_charts_break_lines_at_gaps_and_show_values_on_hover(plane: ConsolePlane, browser: Browser) -> None:
+    browser.sign_in(plane.tokens["viewer"])
+    drawn = browser.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        import("./charts.js").then((charts) => {
+          const points = [[100, 1], [105, 2], [110, 3], [160, 4], [165, 5], [170, null], [175, 6]];
+          const figure = charts.lineChart("gappy", [{ name: "p95", points }], "ms");
+          figure.id = "gappy";
+          document.getElementById("main").prepend(figure);
+          done({ runs: charts.segments(points).map((r) => r.length),
+                 moves: (figure.querySelector("path").getAttribute("d").match(/M/g) || []).length,
+                 dots: figure.querySelectorAll("svg > circle[r='3']").length });
+        }, (err) => done({ error: String(err) }));
+    """)
+    assert drawn == {"runs": [3, 2, 1], "moves": 3, "dots": 1}, drawn  # 50 s of silence and a null are gaps
+    area = browser.css("#gappy .hover-area")
+    ActionChains(browser.driver).move_to_element_with_offset(area, -int(area.size["width"] / 2) + 2, 0).perform()
+    browser.wait(lambda: browser.text("#gappy .tip").endswith("p95 1.00 ms"), 10, "the tip at the first point")
+    ActionChains(browser.driver).move_to_element_with_offset(area, int(area.size["width"] / 2) - 2, 0).perform()
+    browser.wait(lambda: browser.text("#gappy .tip").endswith("p95 6.00 ms"), 10, "the tip at the last point")

@@ -17,17 +17,21 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.protocol.envelope import TrustedKeys
-from agent.protocol.manifest import TargetInfo
-from agent.transport import MqttTransport
+from edgecore.protocol.envelope import TrustedKeys
+from edgecore.protocol.manifest import TargetInfo
+from edgecore.protocol.reports import RunningModel
+from edgecore.transport import MqttTransport
 from edgectl.controller import FINAL, RolloutDevice, RolloutRow, SqliteStore
 from edgectl.controller.service import Controller
 from edgectl.examples import tiny_classifier
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, build_package
 from edgectl.sim import SimAgent, SimFleet
+from edgectl.sim_sets import Served
 from tests.brokers import BrokerProcess
+from tests.control.memory_plane import MemoryPlane, Shelf, start_plane, stop_plane
 from tests.fleet import EdgectlHome, wait_for
 
 
@@ -38,11 +42,12 @@ class ControllerProcess:
     home: EdgectlHome
     log: Path
     process: subprocess.Popen[bytes] | None = None
+    prefix: list[str] = dataclasses.field(default_factory=list)  # run under it (`ip netns exec NAME`: it execs, same pid)
 
     def start(self) -> ControllerProcess:
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "edgectl.cli.main", "controller", "run"], env=self.home.env(),
-                                            cwd=self.home.path, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen([*self.prefix, sys.executable, "-m", "edgectl.cli.main", "controller", "run"],
+                                            env=self.home.env(), cwd=self.home.path, stdout=out, stderr=subprocess.STDOUT)
         return self
 
     def kill(self) -> None:
@@ -109,7 +114,7 @@ class ControlPlane:
 
     def restart_agent(self, agent: SimAgent) -> SimAgent:
         """The same device (id, profile, state directory) back after a stop or a kill."""
-        fresh = dataclasses.replace(agent, transport=None, active=None, previous=None, deploying=None, requests=0)
+        fresh = dataclasses.replace(agent, transport=None, served=Served(), requests={})
         return self.fleet.start(fresh)
 
     def wait_devices(self, count: int, online: int | None = None) -> None:
@@ -161,10 +166,10 @@ class ControlPlane:
 
     def versions(self) -> dict[str, int | None]:
         """The model version each running light agent has active (None: nothing)."""
-        return {a.device_id: a.active["version"] if a.active else None for a in list(self.fleet.agents.values())}
+        return {a.device_id: a.active.version if a.active else None for a in list(self.fleet.agents.values())}
 
 
-def active(agent: SimAgent) -> dict[str, Any]:
+def active(agent: SimAgent) -> RunningModel:
     """The model a light agent serves; fails the test when it serves none."""
     assert agent.active is not None, f"{agent.device_id} serves no model"
     return agent.active
@@ -184,3 +189,20 @@ def plane(tmp_path: Path, mosquitto: BrokerProcess, home_for: Any) -> Iterator[C
     yield cp
     cp.stop_controller()
     fleet.stop()
+
+
+@pytest.fixture(scope="session")
+def shelf(tmp_path_factory: pytest.TempPathFactory) -> Shelf:
+    """Packages built once for the session's in-memory planes, signed by one package key."""
+    return Shelf(tmp_path_factory.mktemp("shelf"), Ed25519PrivateKey.generate())
+
+
+@pytest.fixture
+def memory_plane(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopping: list[threading.Thread],
+                 shelf: Shelf) -> Iterator[MemoryPlane]:
+    """A controller and light agents on an in-memory broker (tests/control/memory_plane.py)."""
+    monkeypatch.setenv("EDGECTL_HOME", str(tmp_path / "home"))  # where signed messages take their sequence numbers
+    (tmp_path / "home").mkdir()
+    plane = start_plane(tmp_path, shelf)
+    yield plane
+    stopping.append(stop_plane(plane))

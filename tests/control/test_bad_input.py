@@ -57,7 +57,7 @@ def test_untrusted_key_downgrade_and_ambiguous_variants_are_refused(plane: Contr
 
     older = plane.package("clf", 1, seed=1)
     bad = plane.edgectl("deploy", str(older), "--fleet", "all")
-    assert bad.returncode == 2 and "refusing a downgrade (sim-000 runs v2; sim-001 runs v2)" in bad.stderr
+    assert bad.returncode == 2 and "refusing a downgrade (sim-000 runs clf v2; sim-001 runs clf v2)" in bad.stderr
     assert "--allow-downgrade" in bad.stderr and len(plane.store().rollouts()) == 1
     rid = plane.deploy(str(older), "--fleet", "all", "--waves", "100%", "--bake", "0s", "--allow-downgrade")
     summary = plane.ended(rid)

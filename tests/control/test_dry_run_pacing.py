@@ -6,14 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol.manifest import TargetInfo
+from edgecore.protocol.manifest import TargetInfo
+from edgecore.protocol.reports import Birth
 from edgectl.controller.planner import INSTALL_S, TRANSFER_BYTES_PER_S, Plan
+from edgectl.controller.records import DeviceRecord
+from edgectl.controller.store import SqliteStore
 from edgectl.examples import tiny_classifier
 from edgectl.fleet.rollouts import FleetRequest, plan_fleet_rollout, rollout_options
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, build_package, read_package
 
-DEVICES = [{"device_id": f"d{i:02d}", "target": "cpu-x86", "status": "online"} for i in range(10)]
+DEVICES = [DeviceRecord(f"d{i:02d}", online=True, birth=Birth(f"d{i:02d}", target="cpu-x86")) for i in range(10)]
 
 
 @pytest.fixture
@@ -30,7 +33,8 @@ def plan(package_file: Path, max_per_minute: int) -> Plan:
     """What ``deploy --fleet all --waves 2,100% --bake 1m [--max-per-minute N] --dry-run`` plans."""
     request = FleetRequest([package_file], "all", waves="2,100%", bake="1m", max_per_minute=max_per_minute, dry_run=True)
     package = read_package(package_file, Keyring(package_file.parent / "keys").trusted("package"), package_file.parent)
-    return plan_fleet_rollout(request, rollout_options(request, 600.0), [package], DEVICES)
+    store = SqliteStore(package_file.parent / "controller.db")
+    return plan_fleet_rollout(request, rollout_options(request, 600.0), [package], DEVICES, store)
 
 
 def test_pacing_stretches_the_estimate_by_the_time_it_takes_to_send_each_wave(package_file: Path) -> None:

@@ -15,12 +15,12 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from agent.protocol.messages import DeviceEvent
-from agent.transport import Message
+from edgecore.protocol.reports import DeviceEvent
+from edgecore.transport import Message
 from edgectl.controller.inbox import Drops, Inbox, InboxLimits
+from edgectl.controller.ingest import EventReport, Ingest
 from edgectl.controller.records import DeviceStatus
 from edgectl.controller.store import SqliteStore
-from edgectl.registry import EventReport, Ingest
 from tests.control.conftest import ControlPlane
 from tests.fleet import wait_for
 
@@ -39,11 +39,11 @@ def test_ingest_drops_a_body_that_names_another_device_and_counts_it(tmp_path: P
     bodies = [("events", _event("dev-b"))]
     bodies += [(leaf, json.dumps({"schema": 1, "device_id": "dev-b", **body}).encode()) for leaf, body in reports.items()]
     for leaf, body in bodies:
-        assert ingest.apply(Message(f"{DEV}/dev-a/{leaf}", body, False)) is None, leaf
+        assert ingest.apply(Message(f"{DEV}/dev-a/{leaf}", body, False), 1.0) is None, leaf
     assert ingest.drops["identity"] == 4
     assert store.devices() == [] and store.events("dev-a") == [] and store.events("dev-b") == []
 
-    report = ingest.apply(Message(f"{DEV}/dev-a/events", _event("dev-a"), False))  # positive control
+    report = ingest.apply(Message(f"{DEV}/dev-a/events", _event("dev-a"), False), 1.0)  # positive control
     assert isinstance(report, EventReport) and report.device_id == "dev-a"
     assert [e.device_id for e in store.events("dev-a")] == ["dev-a"] and ingest.drops["identity"] == 4
 
@@ -110,7 +110,7 @@ def test_telemetry_reaches_the_store_and_the_latency_history(plane: ControlPlane
 
     def telemetry_in_store() -> bool:
         device = plane.store().device("sim-000")
-        return device is not None and device.telemetry_ts is not None and "clf" in (device.telemetry.get("models") or {})
+        return device is not None and device.telemetry is not None and "clf" in device.telemetry.models
     wait_for(telemetry_in_store, 15, "telemetry of the new model in the store")
     wait_for(lambda: any(p.source == "telemetry" for p in plane.store().latency("sim-000", "clf", 1)), 15,
              "a telemetry latency point")
@@ -128,7 +128,8 @@ def test_the_controller_drops_an_oversized_report_before_parsing(plane: ControlP
         rogue.loop_stop()
         rogue.disconnect()
     device = plane.store().device("sim-000")
-    assert device is not None and device.telemetry.get("device_id") == "sim-000"  # its own telemetry, still ingested
+    assert device is not None and device.telemetry is not None  # its own telemetry, still ingested
+    assert device.telemetry.device_id == "sim-000"
 
 
 def test_plaintext_loopback_warns_once_and_plaintext_elsewhere_needs_insecure(plane: ControlPlane) -> None:

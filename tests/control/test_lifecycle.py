@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol.messages import DeviceEvent
+from edgecore.protocol.reports import DeviceEvent
 from edgectl.controller.engine import Engine
 from edgectl.controller.lifecycle import REQUESTS, TRANSITIONS, IllegalTransition, RolloutEvent, advance
 from edgectl.controller.records import (
@@ -26,6 +26,7 @@ from edgectl.controller.records import (
     RolloutStatus,
 )
 from edgectl.controller.store import SqliteStore
+from tests.guards.rollout_bench import Recorder
 
 S, E, D = RolloutStatus, RolloutEvent, DeviceStatus
 
@@ -71,31 +72,10 @@ def test_operator_requests_are_read_off_the_table() -> None:
 def test_statuses_keep_their_stored_names() -> None:
     assert [s.value for s in RolloutStatus] == ["running", "paused", "rolling-back", "aborting", "rolled-back", "aborted", "done"]
     assert f"{S.ROLLING_BACK}" == str(S.ROLLING_BACK) == "rolling-back"
-    assert [p.value for p in Phase] == ["start", "installing", "baking", "rollback"]
+    assert [p.value for p in Phase] == ["start", "installing", "baking", "waiting", "rollback"]
 
 
 # -- the engine goes through the table ----------------------------------------------------------------
-
-
-class Recorder:
-    """The engine's Publisher seam: records what it would send."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
-
-    def desired(self, rollout: RolloutRow, row: RolloutDevice, cancel: bool = False) -> bytes:
-        self.sent.append(("cancel" if cancel else "desired", row.device_id))
-        return b"{}"
-
-    def rollback(self, rollout: RolloutRow, device_id: str) -> tuple[bool, bytes]:
-        self.sent.append(("rollback", device_id))
-        return True, b"{}"
-
-    def send(self, device_id: str, leaf: str, payload: bytes) -> bool:
-        return True
-
-    def expect(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
-        pass
 
 
 class Bench:
@@ -119,7 +99,7 @@ class Bench:
         return row.status
 
     def report(self, device: str, status: str, state: str = "done") -> None:
-        self.engine.on_event(device, DeviceEvent(device, "r1", state, status, "", self.now))
+        self.engine.reports.on_event(device, DeviceEvent(device, "r1", state, status, "", self.now))
 
     def tick(self, times: int = 1) -> RolloutStatus:
         for _ in range(times):

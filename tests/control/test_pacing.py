@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.protocol.messages import DeviceEvent
+from edgecore.protocol.reports import DeviceEvent
 from edgectl.controller.engine import Engine
 from edgectl.controller.records import DeviceStatus as D
 from edgectl.controller.records import PackageRef, Phase, RolloutDevice, RolloutRow, RolloutSpec
 from edgectl.controller.records import RolloutStatus as S
 from edgectl.controller.store import SqliteStore
-from tests.control.test_lifecycle import Recorder
+from tests.guards.rollout_bench import Recorder
 
 
 class PacedBench:
@@ -41,7 +41,7 @@ class PacedBench:
             for row in self.store.rollout_devices("r1"):
                 self.store.upsert_device(row.device_id, last_seen=self.now)  # heard from: no silence
                 if row.status == D.SENT:  # each device installs at once
-                    engine.on_event(row.device_id, DeviceEvent(row.device_id, "r1", "done", "ok", "", self.now))
+                    engine.reports.on_event(row.device_id, DeviceEvent(row.device_id, "r1", "done", "ok", "", self.now))
             self.now += step
 
 

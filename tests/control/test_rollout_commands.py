@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.deploy.ledger import Ledger
+from edgecore.protocol.ledger import Ledger
 from edgectl.controller.reports import desired_seq
 from tests.control.conftest import ControlPlane, audit_actions
 from tests.deploy.test_rejections import DEPLOY
@@ -88,7 +88,7 @@ def test_offline_device_catches_up_when_it_returns_after_the_rollout(plane: Cont
 
     back = plane.restart_agent(agents[2])
     wait_for(lambda: plane.devices(rid)["sim-002"].status == "ok", 30, "sim-002 to catch up")
-    assert back.active is not None and back.active["version"] == 1
+    assert back.active is not None and back.active.version == 1
     assert audit_actions(plane.rollout(rid), "sim-002") == ["device deferred", "device running", "device ok"]
     shown = json.loads(plane.edgectl("device", "show", "sim-002", "--json", check=True).stdout)
     assert (shown["model"], shown["version"]) == ("clf", 1) and [a["action"] for a in shown["audit"]][-1] == "device ok"

@@ -16,7 +16,7 @@ def test_good_package_reaches_20_agents_in_3_waves_then_slow_model_halts_and_rol
     assert first["status"] == "done", first
     assert sorted({d["wave"] for d in first["devices"]}) == [1, 2, 3]
     assert all(d["status"] == "ok" for d in first["devices"])
-    wait_for(lambda: all(a.active and a.active["version"] == 1 for a in plane.fleet.agents.values()), 10, "all on v1")
+    wait_for(lambda: all(a.active and a.active.version == 1 for a in plane.fleet.agents.values()), 10, "all on v1")
 
     v2 = plane.package("clf", 2, seed=1, extra_matmuls=4)
     rid2 = plane.deploy(str(v2), "--fleet", "all", "--waves", "2,50%,100%", "--bake", "3s", "--gate", "p95_latency <= 1.2x")
@@ -26,6 +26,6 @@ def test_good_package_reaches_20_agents_in_3_waves_then_slow_model_halts_and_rol
     waves = {d["device_id"]: d for d in second["devices"]}
     assert sum(d["status"] == "rolled-back" for d in waves.values()) == 2
     assert all(d["status"] == "cancelled" for d in waves.values() if d["wave"] > 1)
-    wait_for(lambda: all(active(a)["version"] == 1 for a in plane.fleet.agents.values()), 10, "all back on v1")
+    wait_for(lambda: all(active(a).version == 1 for a in plane.fleet.agents.values()), 10, "all back on v1")
     audit = [a["action"] for a in second["audit"]]
     assert "rollout halted" in audit and "device rollback-sent" in audit

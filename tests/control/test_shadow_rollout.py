@@ -28,11 +28,11 @@ def test_shadow_agreement_gate_stops_a_model_that_answers_differently_before_any
     canaries = [d for d in halted["devices"] if d["wave"] == 1]
     assert len(canaries) == 2 and all(d["status"] == "failed" and "shadow" in d["detail"] for d in canaries), canaries
     assert all(d["status"] == "cancelled" for d in halted["devices"] if d["wave"] == 2)
-    wait_for(lambda: all(a.active and a.active["version"] == 1 for a in plane.fleet.agents.values()), 10,
+    wait_for(lambda: all(a.active and a.active.version == 1 for a in plane.fleet.agents.values()), 10,
              "every device still on v1")
 
     passed = _rollout(plane, str(plane.package("clf", 3, seed=1)), *shadow)
     assert passed["status"] == "done", passed
     shadowed = {d["device_id"]: d["shadow"] for d in passed["devices"]}
     assert sorted(k for k, v in shadowed.items() if v) == sorted(d["device_id"] for d in passed["devices"] if d["wave"] == 1)
-    wait_for(lambda: all(active(a)["version"] == 3 for a in plane.fleet.agents.values()), 10, "every device on v3")
+    wait_for(lambda: all(active(a).version == 3 for a in plane.fleet.agents.values()), 10, "every device on v3")

@@ -39,5 +39,5 @@ def test_each_device_gets_its_own_variant_when_payloads_are_identical(plane: Con
     assert summary["skipped"] == [{"device_id": "pi-000", "reason": "no package for target 'cpu-arm'"}]
     assert sorted(summary["packages"]) == ["det v1 (cpu-x86)", "det v1 (jetson-orin)"]
     agents = plane.fleet.agents
-    assert len({active(agents[d])["artifact_id"] for d in planned}) == 1  # one artifact, two manifests
+    assert len({active(agents[d]).artifact_id for d in planned}) == 1  # one artifact, two manifests
     assert agents["pi-000"].active is None

@@ -10,18 +10,19 @@ import dataclasses
 import queue
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.protocol import topics
-from agent.protocol.envelope import DESIRED_TYPE, MANIFEST_TYPE, Envelope, TrustedKeys, sign
-from agent.protocol.manifest import Manifest
-from agent.protocol.messages import DesiredModel, DesiredState, DeviceEvent
-from agent.transport import Message, MqttTransport
-from edgectl.artifact_server import ArtifactServer, ServedArtifact
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import DESIRED_TYPE, MANIFEST_TYPE, Envelope, TrustedKeys, sign
+from edgecore.protocol.manifest import Manifest
+from edgecore.protocol.messages import DeployOptions, DesiredModel, DesiredSet, DesiredState
+from edgecore.protocol.reports import ChunkRequest, DeviceEvent
+from edgecore.transport import Message, MqttTransport
+from edgectl.artifacts.chunk_server import ArtifactServer, ServedArtifact
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
 from tests.fleet import AgentProcess, EdgectlHome, wait_for
@@ -65,7 +66,7 @@ class Controller:
         if message.topic.endswith("/chunk-requests"):
             self.requests.append(message.payload)
             if self.serving:
-                self.server.handle_request(message.payload)
+                self.server.handle_request(ChunkRequest.from_payload(message.payload))
         elif message.topic.endswith("/events"):
             self.events.append(DeviceEvent.from_payload(message.payload))
 
@@ -103,6 +104,27 @@ class Controller:
         now = time.time()
         state = DesiredState(device_id, seq or self.next_seq(), now, now + 3600, deployment_id, model, options)
         envelope = sign(DESIRED_TYPE, state.to_payload(), key or self.ring.signing_key("controller"))
+        self.publish(topics.device(device_id, "desired"), envelope.to_bytes(), retain=True)
+        return deployment_id
+
+    def desired_set(self, device_id: str, models: Sequence[tuple[Package, str]],
+                    pipelines: Sequence[tuple[Package, str]] = (), *, seq: int | None = None,
+                    deployment_id: str | None = None, allow_downgrade: bool = False,
+                    shadow: dict[str, float] | None = None) -> str:
+        """Publish a signed (retained) schema 2 desired set: each package with the deployment id that put it there.
+
+        ``shadow``: the agreement a shadow run of that name must reach. Returns the set's deployment id."""
+        deployment_id = deployment_id or f"s-{uuid.uuid4().hex[:10]}"
+
+        def entry(package: Package, entry_id: str) -> DesiredModel:
+            m = package.manifest
+            options = DeployOptions(allow_downgrade, (shadow or {}).get(m.name))
+            return DesiredModel(m.name, m.version, package.envelope, (), entry_id, options)
+
+        now = time.time()
+        state = DesiredSet(device_id, seq or self.next_seq(), now, now + 3600, deployment_id,
+                           tuple(entry(p, i) for p, i in models), tuple(entry(p, i) for p, i in pipelines))
+        envelope = sign(DESIRED_TYPE, state.to_payload(), self.ring.signing_key("controller"))
         self.publish(topics.device(device_id, "desired"), envelope.to_bytes(), retain=True)
         return deployment_id
 

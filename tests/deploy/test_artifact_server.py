@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from agent.deploy.download import Download
-from agent.deploy.fetch import ChunkFetcher
-from agent.errors import OperationFailed, ProtocolError
-from agent.protocol import topics
-from agent.protocol.manifest import PayloadInfo
-from agent.protocol.messages import ChunkRequest
-from agent.transport import Message, MqttTransport
-from edgectl.artifact_server import ArtifactServer, ServedArtifact
+from edgecore.delivery.download import Download
+from edgecore.delivery.fetch import ChunkFetcher
+from edgecore.errors import OperationFailed, ProtocolError
+from edgecore.protocol import topics
+from edgecore.protocol.manifest import PayloadInfo
+from edgecore.protocol.reports import ChunkRequest
+from edgecore.transport import Message, MqttTransport
+from edgectl.artifacts.chunk_server import ArtifactServer, ServedArtifact
 from tests.brokers import BrokerProcess
 from tests.fleet import wait_for
 from tests.pump import InboxPump
@@ -53,9 +53,10 @@ class Server:
         self._pump = InboxPump(self.inbox, self._handle)
 
     def _handle(self, message: Message) -> None:
-        self.requests.append(ChunkRequest.from_payload(message.payload))
+        request = ChunkRequest.from_payload(message.payload)
+        self.requests.append(request)
         if self.serving:
-            self.server.handle_request(message.payload)
+            self.server.handle_request(request)
 
     def close(self) -> None:
         self._pump.close()
@@ -109,8 +110,8 @@ def make(mosquitto: BrokerProcess) -> Iterator[dict[str, object]]:
         thing.close()
 
 
-def _request(device_id: str, artifact: ServedArtifact, ranges: list[list[int]], repeat: bool) -> bytes:
-    return ChunkRequest(device_id, artifact.artifact_id, ranges, repeat).to_payload()
+def _request(device_id: str, artifact: ServedArtifact, ranges: list[list[int]], repeat: bool) -> ChunkRequest:
+    return ChunkRequest(device_id, artifact.artifact_id, ranges, repeat)
 
 
 def test_a_wave_gets_each_chunk_once_as_soon_as_every_expected_device_asked(

@@ -6,8 +6,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.protocol import topics
-from agent.protocol.chunks import read_chunk
+from edgecore.protocol import topics
+from edgecore.protocol.chunks import read_chunk
+from edgecore.protocol.reports import ChunkRequest
 from edgectl.package import Package
 from tests.brokers import BrokerProcess
 from tests.deploy.controller import Controller
@@ -49,7 +50,7 @@ def test_duplicated_reordered_and_corrupt_chunks(home: EdgectlHome, controller: 
     asked = len(controller.requests)
     wait_for(lambda: [[0, 1]] in _asked(controller)[asked:], 20, "a request for exactly the dropped chunk")
     controller.serving = True
-    controller.server.handle_request(controller.requests[-1])
+    controller.server.handle_request(ChunkRequest.from_payload(controller.requests[-1]))
     assert controller.final("d-1", deployment).status == "ok"
     assert serves(agent, "m", 1)
     log = agent.log_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from agent.protocol.manifest import TargetInfo
+from edgecore.protocol.manifest import TargetInfo
 from tests.deploy.controller import Controller
 from tests.deploy.models import crashing_model, nan_model
 from tests.deploy.test_rejections import DEPLOY, serves

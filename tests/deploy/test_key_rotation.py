@@ -8,9 +8,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.deploy.trust import KeyRotation
-from agent.protocol import topics
-from agent.protocol.envelope import public_key_pem
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import public_key_pem
+from edgecore.protocol.trust import KeyRotation
 from tests.deploy.controller import Controller, resign_manifest
 from tests.deploy.test_rejections import DEPLOY, serves
 from tests.fleet import AgentProcess, EdgectlHome, wait_for

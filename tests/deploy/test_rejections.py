@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.protocol import topics
-from agent.protocol.envelope import COMMAND_TYPE, Envelope
-from agent.protocol.manifest import TargetInfo
+from edgecore import __version__
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import COMMAND_TYPE, Envelope
+from edgecore.protocol.manifest import TargetInfo
+from edgecore.protocol.reports import DeviceEvent
 from edgectl.package import Package
 from tests.deploy.controller import Controller, resign_manifest
 from tests.fleet import AgentProcess, EdgectlHome, wait_for
@@ -35,7 +37,7 @@ def serves(agent: AgentProcess, name: str, version: int) -> bool:
 
 def _flip_byte(controller: Controller, package: Package, tmp: Path) -> dict[str, Any]:
     """Serve the package's payload with one byte flipped: every device drops that chunk."""
-    from edgectl.artifact_server import ServedArtifact
+    from edgectl.artifacts.chunk_server import ServedArtifact
 
     tampered = tmp / "tampered-payload.tar"
     data = bytearray(package.payload.read_bytes())
@@ -52,6 +54,14 @@ def _fewer_bytes(controller: Controller, package: Package, _tmp: Path) -> dict[s
     return {"manifest": resign_manifest(package, controller.ring.signing_key("package"), shrink)}
 
 
+def _newer_agent(controller: Controller, package: Package, _tmp: Path) -> dict[str, Any]:
+    """A manifest (signed by the real key) for agents newer than this one."""
+    needs = lambda m: dataclasses.replace(m, min_agent_version=NEWER_AGENT)  # noqa: E731
+    return {"manifest": resign_manifest(package, controller.ring.signing_key("package"), needs)}
+
+
+# The next minor version after this agent's: 0.9.x -> 0.10.0 compares as a number, not as text.
+NEWER_AGENT = f"{__version__.split('.')[0]}.{int(__version__.split('.')[1]) + 1}.0"
 Craft = Callable[[Controller, Package, Path], dict[str, Any]]
 # case -> (build options of the package, how the desired state is crafted from it)
 CASES: dict[str, tuple[dict[str, Any], Craft]] = {
@@ -65,7 +75,10 @@ CASES: dict[str, tuple[dict[str, Any], Craft]] = {
     "expired manifest": ({"valid_days": -1}, lambda c, p, t: {}),
     "package for another target": ({"target": TargetInfo("jetson-orin")}, lambda c, p, t: {}),
     "older version replayed": ({"version": 1}, lambda c, p, t: {}),
+    "needs a newer agent": ({}, _newer_agent),
 }
+# The one-line reason a case must report, where the matrix checks it word for word.
+REASONS = {"needs a newer agent": f"m v3 needs agent {NEWER_AGENT} or newer; this agent is {__version__}"}
 
 
 def test_rejection_matrix(tmp_path: Path, home: EdgectlHome, controller: Controller,
@@ -77,7 +90,8 @@ def test_rejection_matrix(tmp_path: Path, home: EdgectlHome, controller: Control
     for n, (case, (options, craft)) in enumerate(CASES.items()):
         options = dict(options)
         package = controller.package(model_v(10 + n), "m", options.pop("version", 3), **options)
-        _check_rejected(case, controller, agent, package, craft(controller, package, tmp_path))
+        event = _check_rejected(case, controller, agent, package, craft(controller, package, tmp_path))
+        assert case not in REASONS or (event.status, event.detail) == ("failed", REASONS[case]), f"{case}: {event.detail}"
 
     # The replay still fails after a restart: the accepted version is persisted.
     agent.stop()
@@ -87,7 +101,7 @@ def test_rejection_matrix(tmp_path: Path, home: EdgectlHome, controller: Control
 
 
 def _check_rejected(case: str, controller: Controller, agent: AgentProcess, package: Package,
-                    kwargs: dict[str, Any]) -> None:
+                    kwargs: dict[str, Any]) -> DeviceEvent:
     since = len(controller.events)
     deployment = controller.desired("cam-1", package, **kwargs)
     event = controller.rejection("cam-1", since, timeout=30)
@@ -96,6 +110,7 @@ def _check_rejected(case: str, controller: Controller, agent: AgentProcess, pack
     assert serves(agent, "m", 2), f"{case}: the old model stopped serving"
     assert agent.alive(), f"{case}: agent died"
     print(f"{case}: {event.state}/{event.status}: {event.detail}")
+    return event
 
 
 @pytest.mark.parametrize("leaf", ["desired", "commands"])
@@ -113,10 +128,10 @@ def test_malformed_messages_are_logged_and_ignored(home: EdgectlHome, controller
     for payload in bad:
         controller.publish(topic, payload)
     # A wrong schema inside a correctly signed envelope.
-    from agent.protocol.envelope import DESIRED_TYPE, sign
+    from edgecore.protocol.envelope import DESIRED_TYPE, sign
 
     kind = DESIRED_TYPE if leaf == "desired" else COMMAND_TYPE
-    inner = json.dumps({"schema": 2, "type": leaf.rstrip("s")}).encode()
+    inner = json.dumps({"schema": 99, "type": leaf.rstrip("s")}).encode()  # a schema no agent speaks
     controller.publish(topic, sign(kind, inner, controller.ring.signing_key("controller")).to_bytes())
     # (Bad chunks and chunk topics need a download in progress: see test_delivery.py.)
     wait_for(lambda: agent.log_text().count("rejected message on") >= 4, 20, "rejections logged")

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.protocol import topics
-from agent.protocol.envelope import COMMAND_TYPE, sign
-from agent.protocol.messages import Command
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import COMMAND_TYPE, sign
+from edgecore.protocol.messages import Command
 from tests.deploy.controller import Controller
 from tests.deploy.test_rejections import DEPLOY, serves
 from tests.fleet import AgentProcess, EdgectlHome, wait_for

@@ -14,10 +14,10 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agent.deploy.stage import stage_in_child
-from agent.protocol.chunks import chunk_digests
-from agent.protocol.envelope import MANIFEST_TYPE, TrustedKeys, sign
-from agent.protocol.manifest import PayloadInfo
-from agent.protocol.package import ENVELOPE_MEMBER, PAYLOAD_MEMBER, extract_payload, sha256_file
+from edgecore.protocol.chunks import chunk_digests
+from edgecore.protocol.envelope import MANIFEST_TYPE, TrustedKeys, sign
+from edgecore.protocol.manifest import PayloadInfo
+from edgecore.protocol.package import ENVELOPE_MEMBER, PAYLOAD_MEMBER, extract_payload, sha256_file
 from edgectl.package import GOLDEN_FILE, BuildOptions, Package, build_package, read_package
 from tests.e2e.test_deploy_strings import words_model
 

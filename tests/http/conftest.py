@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import topics
-from agent.protocol.envelope import DESIRED_TYPE, sign
-from agent.protocol.messages import DesiredModel, DesiredState
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import DESIRED_TYPE, sign
+from edgecore.protocol.messages import DesiredModel, DesiredState
 from edgectl.artifacts import RangeServer
 from edgectl.artifacts.publish import export_payload
 from edgectl.examples import tiny_classifier

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.deploy.download import Download
-from agent.deploy.http_fetch import HttpFetch, HttpSettings
+from edgecore.delivery.download import Download
+from edgecore.delivery.http_fetch import HttpFetch, HttpSettings
 from edgectl.artifacts.publish import export_payload
 from edgectl.package import Package
 from edgectl.pki.authority import FleetPki

@@ -44,13 +44,17 @@ def _get(server: RangeServer, path: str, headers: dict[str, str] | None = None,
 @pytest.mark.parametrize(("header", "span"), [
     ("bytes=0-99", (0, 99)), ("bytes=100-", (100, 10239)), ("bytes=-10", (10230, 10239)),
     ("bytes=10000-99999", (10000, 10239)), (None, None), ("bytes=5-1", None), ("items=0-1", None),
-    ("bytes=0-1,5-6", None),
+    ("bytes=0-1,5-6", None), ("bytes=0-" + "9" * 5000, (0, 10239)), ("bytes=-" + "9" * 5000, (0, 10239)),
+    ("bytes=00000000000000000000000010-000000000000000000000000012", (10, 12)), ("bytes=1-" + "0" * 40, None),
+    ("bytes=" + "9" * 30 + "-0", None), ("bytes=10239-10239", (10239, 10239)), ("bytes=-10240", (0, 10239)),
+    ("bytes=\u0661-2", None),
 ])
 def test_parse_range(header: str | None, span: tuple[int, int] | None) -> None:
     assert parse_range(header, len(DATA)) == span
 
 
-@pytest.mark.parametrize("header", ["bytes=10240-", "bytes=-0", "bytes=99999-100000"])
+@pytest.mark.parametrize("header", ["bytes=10240-", "bytes=-0", "bytes=99999-100000", "bytes=" + "9" * 5000 + "-",
+                                    "bytes=" + "1" * 20 + "-" + "2" * 20, "bytes=-" + "0" * 30])
 def test_parse_range_unsatisfiable(header: str) -> None:
     with pytest.raises(RangeNotSatisfiable):
         parse_range(header, len(DATA))
@@ -76,6 +80,12 @@ def test_whole_file_without_range(served: RangeServer) -> None:
 def test_unsatisfiable_range_is_416(served: RangeServer) -> None:
     status, headers, body = _get(served, "/artifact", {"Range": "bytes=20000-"})
     assert status == 416 and headers["content-range"] == "bytes */10240" and body == b""
+
+
+def test_other_methods_are_not_served(served: RangeServer) -> None:
+    for method in ("POST", "PUT", "DELETE", "OPTIONS", "TRACE"):
+        status, headers, _ = _get(served, "/artifact", method=method)
+        assert (status, headers["allow"]) == (405, "GET, HEAD"), method
 
 
 def test_head_has_headers_and_no_body(served: RangeServer) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from agent.errors import UserError
-from agent.protocol.envelope import DESIRED_TYPE, TrustedKeys
-from agent.protocol.messages import DesiredState, verify_signed
+from edgecore.errors import UserError
+from edgecore.protocol.envelope import DESIRED_TYPE, TrustedKeys
+from edgecore.protocol.messages import DesiredState, verify_signed
 from edgectl.artifacts import RangeServer
 from edgectl.artifacts.urls import check_artifact_urls, urls_for
 from edgectl.controller import RolloutOptions, plan_rollout, submit_rollout

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.protocol.envelope import TrustedKeys
+from edgecore.protocol.envelope import TrustedKeys
 from edgectl.artifacts import RangeServer
 from edgectl.artifacts.publish import export_payload
 from edgectl.keys import Keyring
@@ -38,7 +38,7 @@ def test_light_agents_fetch_over_http_and_the_controller_sends_no_chunk(plane: C
         size = load_package(plane, package).manifest.payload.size
         assert server.bytes_sent == 3 * size, "each light agent fetched every byte once over HTTP"
         assert controller.server.chunks_sent == 0
-        assert all(active(a)["version"] == 1 for a in agents)
+        assert all(active(a).version == 1 for a in agents)
     finally:
         server.stop()
 
@@ -52,4 +52,4 @@ def test_a_url_that_does_not_answer_falls_back_to_mqtt_chunks(plane: ControlPlan
                            "--artifact-url", "http://127.0.0.1:9/{artifact_id}")
     assert plane.ended(rollout, timeout=120)["status"] == "done"
     assert controller.server.chunks_sent >= len(load_package(plane, package).manifest.payload.chunks)
-    assert all(active(a)["version"] == 1 for a in agents)
+    assert all(active(a).version == 1 for a in agents)

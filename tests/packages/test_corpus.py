@@ -7,19 +7,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.errors import UserError
-from agent.feeds import parse_input_shapes
-from agent.protocol.envelope import TrustedKeys
+from edgecore.errors import UserError
+from edgecore.feeds import parse_input_shapes
+from edgecore.protocol.envelope import TrustedKeys
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, build_package, read_package
-from tests.corpus import CORPUS, write_corpus
+from tests.corpus import CORPUS, LOADABLE, write_corpus
 from tests.fleet import EdgectlHome
 from tests.packages.test_golden import golden_of
 
 DYNAMIC = {"dynamic_input"}  # a dynamic dim other than the batch: refused without a shape or samples
 
 
-@pytest.mark.parametrize("name", sorted(CORPUS))
+@pytest.mark.parametrize("name", sorted(LOADABLE))
 def test_every_corpus_model_packages_with_meaningful_golden_data(tmp_path: Path, offline_home: EdgectlHome, name: str) -> None:
     entry = CORPUS[name]
     model = write_corpus(tmp_path / "corpus", [name])[name]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.errors import UserError
+from edgecore.errors import UserError
 from edgectl.package import BuildOptions, build_package
 from tests.e2e.test_deploy_strings import words_model
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.errors import PackageError, VerificationError
-from agent.protocol.envelope import TrustedKeys
-from agent.protocol.package import open_package
+from edgecore.errors import PackageError, VerificationError
+from edgecore.protocol.envelope import TrustedKeys
+from edgecore.protocol.package import open_package
 from edgectl.examples import tiny_classifier
 from edgectl.keys import Keyring
 from edgectl.package import read_package

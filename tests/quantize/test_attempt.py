@@ -9,28 +9,28 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from agent.errors import OperationFailed, UserError
+from edgecore.errors import OperationFailed, UserError
 from quantize.pipeline import QuantizeRequest, attempt_quantize, run_quantize
 from quantize.recipe import Mode
 from tests.corpus import CORPUS, write_corpus
 from tests.quantize.models import save, tiny_cnn
 
 
-def _request(tmp: Path, max_drop: float, **kw: Any) -> QuantizeRequest:
+def _request(tmp: Path, min_db: float, **kw: Any) -> QuantizeRequest:
     path = save(tiny_cnn(), tmp / "m.onnx")
     return QuantizeRequest(model=path, target="jetson-orin", output=tmp / "out.onnx", mode=Mode.INT8,
-                           calib_synthetic=4, measure=False, max_drop=max_drop, metric=("cosine",),
-                           **kw)
+                           calib_synthetic=4, measure=False, min_db=min_db, metric=("sqnr",), **kw)
 
 
 def test_budget_failure_returns_the_report_and_the_exit_5_reason(tmp_path: Path,
                                                                  capfd: pytest.CaptureFixture[str]) -> None:
-    request = _request(tmp_path, max_drop=0.0)  # int8 never reaches cosine 1.0 exactly
+    request = _request(tmp_path, min_db=90.0)  # int8 never comes within float noise of the float model
     outcome = attempt_quantize(request)
     assert not outcome.written and outcome.report.model is None
     assert outcome.failure is not None and "accuracy budget not met" in str(outcome.failure)
+    assert "logits: SQNR" in str(outcome.failure) and "< --min-db 90" in str(outcome.failure)
     int8 = next(v for v in outcome.report.data["variants"] if v["name"] == "int8")
-    assert int8["accuracy"]["drop"] > 0.0 and int8["accuracy"]["outputs"][0]["output"] == "logits"
+    assert int8["accuracy"]["value"] < 90.0 and int8["accuracy"]["outputs"][0]["output"] == "logits"
     assert not (tmp_path / "out.onnx").exists()
     assert capfd.readouterr().out == ""  # the synthetic-calibration warning went to the quiet console
     with pytest.raises(OperationFailed) as raised:
@@ -39,7 +39,7 @@ def test_budget_failure_returns_the_report_and_the_exit_5_reason(tmp_path: Path,
 
 
 def test_success_carries_the_model_and_no_failure(tmp_path: Path) -> None:
-    outcome = attempt_quantize(_request(tmp_path, max_drop=100.0))
+    outcome = attempt_quantize(_request(tmp_path, min_db=0.0))
     assert outcome.written and outcome.failure is None
     assert outcome.report.model is not None and outcome.report.data["chosen"] == "int8"
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from rich.console import Console
 
-from agent.errors import ModelError, UserError
+from edgecore.errors import ModelError, UserError
 from quantize import Mode, QuantizeRequest, run_quantize
 from tests.quantize.models import save, sensitive_mlp
 
@@ -80,14 +80,15 @@ def test_already_quantized_model_refused(cnn_path: Path, cnn_calib: Path, tmp_pa
 def test_unmeetable_budget_exits_5_with_best_figure_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out.onnx"
     mlp_path = save(sensitive_mlp(regression=True), tmp_path / "mlp.onnx")
-    # cosine similarity: any quantized node costs more than 0 points, so --max-drop 0 cannot be met
+    # SQNR: INT8 never comes within float noise (90 dB) of the float model, so --min-db 90 cannot be met
     proc = subprocess.run(
         [sys.executable, "-m", "edgectl.cli.main", "quantize", str(mlp_path), "--target", "jetson-orin",
-         "--mode", "int8", "-o", str(out), "--calib-synthetic", "16", "--max-drop", "0", "--no-measure"],
+         "--mode", "int8", "-o", str(out), "--calib-synthetic", "16", "--min-db", "90", "--no-measure"],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 5, proc.stderr
-    assert "accuracy budget not met: best" in proc.stderr and "nothing written" in proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert "accuracy budget not met: int8 y: SQNR" in said and "< --min-db 90" in said and "nothing written" in said
     assert not out.exists() and not list(tmp_path.glob(".out.onnx*")) and not (tmp_path / "out.quant.json").exists()
 
 

@@ -13,7 +13,8 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,21 +23,21 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from agent.protocol import topics
-from agent.protocol.envelope import Envelope, TrustedKeys
-from agent.protocol.manifest import TargetInfo
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import Envelope, TrustedKeys
+from edgecore.protocol.manifest import TargetInfo
 from edgectl.controller.records import AuditEntry, RolloutDevice, RolloutRow
 from edgectl.controller.store import Store, open_url
 from edgectl.examples import tiny_classifier
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, build_package
 from edgectl.sim import SimAgent, SimFleet
-from tests.brokers import BrokerProcess, start_mosquitto
+from tests.brokers import BrokerProcess, free_port, start_mosquitto
 from tests.control.conftest import ControllerProcess
 from tests.fleet import EdgectlHome, wait_for
 from tests.postgres import PostgresCluster, start_cluster
 
-__all__ = ["Replicas", "Wire"]
+__all__ = ["Replicas", "Wire", "open_replicas"]
 
 LEAVES = ("desired", "commands", "events")
 
@@ -93,16 +94,22 @@ class Replicas:
     controllers: list[ControllerProcess] = field(default_factory=list)
     _store: Store | None = None
 
-    def start_controller(self, name: str, counted_ahead_s: float = 0.0) -> ControllerProcess:
+    def start_controller(self, name: str, counted_ahead_s: float = 0.0, prefix: Sequence[str] = (),
+                         store_url: str | None = None, broker_url: str | None = None) -> ControllerProcess:
         """A replica with a home of its own (as on its own host): the same keys and config, its own sequence file and cache.
 
-        ``counted_ahead_s``: its sequence counter starts that far ahead of the clock, as after a burst."""
-        home = EdgectlHome(self.home.path.parent / f"home-{name}", self.home.broker_url)
+        ``counted_ahead_s``: its sequence counter starts that far ahead of the clock, as after a burst. ``prefix``: the
+        command it runs under (``ip netns exec NAME``), with the store and broker at ``store_url`` and ``broker_url``
+        (the addresses it reaches them at from there) instead of the home's."""
+        home = EdgectlHome(self.home.path.parent / f"home-{name}", broker_url or self.home.broker_url)
         shutil.copytree(self.home.path / "keys", home.path / "keys")
         shutil.copy(self.home.path / "edgectl.yaml", home.path / "edgectl.yaml")
+        if store_url is not None or broker_url is not None:  # the test's plaintext broker off loopback: insecure
+            config = {"controller": {"store": store_url or self.url}, "insecure": broker_url is not None}
+            (home.path / "edgectl.yaml").write_text(json.dumps(config))
         if counted_ahead_s:
             (home.path / "sequence").write_text(str(int((time.time() + counted_ahead_s) * 1000)))
-        process = ControllerProcess(home, self.home.path.parent / f"controller-{name}.log").start()
+        process = ControllerProcess(home, self.home.path.parent / f"controller-{name}.log", prefix=list(prefix)).start()
         self.controllers.append(process)
         return process
 
@@ -174,10 +181,17 @@ def postgres() -> Iterator[PostgresCluster]:
     cluster.stop()
 
 
-@pytest.fixture
-def replicas(tmp_path: Path, postgres: PostgresCluster, home_for: Any) -> Iterator[Replicas]:
-    """A home whose edgectl.yaml names a fresh PostgreSQL database, a logging Mosquitto, light agents, the wire."""
-    broker = start_mosquitto(tmp_path / "mosquitto", "log_type all\n")
+@contextmanager
+def open_replicas(tmp_path: Path, postgres: PostgresCluster, home_for: Any, also_listen: str = "") -> Iterator[Replicas]:
+    """A home whose edgectl.yaml names a fresh PostgreSQL database, a logging Mosquitto, light agents, the wire.
+
+    ``also_listen``: an address Mosquitto listens on besides 127.0.0.1 (the same port), for a replica elsewhere."""
+    if also_listen:
+        port = free_port()
+        listeners = f"listener {port} 127.0.0.1\nlistener {port} {also_listen}\nallow_anonymous true\n"
+        broker = start_mosquitto(tmp_path / "mosquitto", listeners + "log_type all\n", port)
+    else:
+        broker = start_mosquitto(tmp_path / "mosquitto", "log_type all\n")
     home: EdgectlHome = home_for(tmp_path, broker)
     url = postgres.create_database()
     (home.path / "edgectl.yaml").write_text(json.dumps({"controller": {"store": url}}))
@@ -185,9 +199,18 @@ def replicas(tmp_path: Path, postgres: PostgresCluster, home_for: Any) -> Iterat
     fleet = SimFleet(broker.url, TrustedKeys([ring.signing_key("package").public_key()]),
                      TrustedKeys([ring.signing_key("controller").public_key()]))
     plane = Replicas(home, broker, url, fleet, Wire(broker.url), tmp_path / "test-cache")
-    yield plane
-    plane.close()
-    broker.stop()
+    try:
+        yield plane
+    finally:
+        plane.close()
+        broker.stop()
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, postgres: PostgresCluster, home_for: Any) -> Iterator[Replicas]:
+    """Two controllers' plane (:func:`open_replicas`) on the session's PostgreSQL cluster."""
+    with open_replicas(tmp_path, postgres, home_for) as plane:
+        yield plane
 
 
 def seconds_since(start: float) -> float:

@@ -109,7 +109,7 @@ def test_sigkill_the_leader_mid_rollout_the_standby_finishes_it(replicas: Replic
     assert ended(replicas, rid, 180) is RolloutStatus.DONE
     rows = replicas.rows(rid)
     assert all(r.status == DeviceStatus.OK for r in rows), [(r.device_id, r.status, r.detail) for r in rows]
-    wait_for(lambda: all(a.active and a.active["version"] == 1 for a in agents), 30, "every agent on v1")
+    wait_for(lambda: all(a.active and a.active.version == 1 for a in agents), 30, "every agent on v1")
 
     by_standby = replicas.publishers().get(pid(standby), [])
     assert by_standby, "the new leader published nothing"

@@ -15,7 +15,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from agent.tls import tls_context
+from edgecore.tls import tls_context
 from edgectl.broker_config import write_broker_config
 from edgectl.pki import Algorithm, FleetPki, enroll_device
 from tests.brokers import BrokerProcess, free_port, mosquitto_binary, start_mosquitto

@@ -18,8 +18,8 @@ import paho.mqtt.client as mqtt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from paho.mqtt.enums import CallbackAPIVersion
 
-from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, Envelope, TrustedKeys, sign
-from agent.protocol.messages import Command, DesiredModel, DesiredState
+from edgecore.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, Envelope, TrustedKeys, sign
+from edgecore.protocol.messages import Command, DesiredModel, DesiredState
 from edgectl.examples import tiny_classifier
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package

@@ -16,8 +16,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from paho.mqtt.enums import MQTTProtocolVersion
 
-from agent.protocol.chunks import PACKET_OVERHEAD
-from agent.tls import tls_context
+from edgecore.protocol.chunks import PACKET_OVERHEAD
+from edgecore.tls import tls_context
 from edgectl.broker_config import MAX_PACKET_BYTES
 from edgectl.pki import Algorithm, FleetPki, Usage
 from edgectl.pki.authority import write_file
@@ -103,6 +103,19 @@ def test_controller_reads_all_devices_and_writes_commands(fleet: Fleet, probes: 
 
     assert controller.received() == [(f"{DEV}/dev-b/events", b"installed")]
     assert device_b.received() == [(f"{DEV}/dev-b/commands", b"rollback")]
+
+
+def test_every_device_reads_the_fleet_beacon_and_only_the_controller_writes_it(fleet: Fleet, probes: list[Probe]) -> None:
+    """The beacon (docs/protocol.md, Beacon) proves a broker is the fleet's: a device must not be able to forge it."""
+    beacon = "edge/v1/fleet/beacon"
+    readers = [_login(fleet, fleet.device(name), f"{name}-beacon", probes) for name in ("dev-a", "dev-b")]
+    for reader in readers:
+        reader.subscribe(beacon)
+    controller = _login(fleet, fleet.controller, "ctl-beacon", probes)
+    assert readers[1].publish(beacon, b"forged").value == NOT_AUTHORIZED
+    assert not controller.publish(beacon, b"signed").is_failure
+    for reader in readers:
+        assert reader.received() == [(beacon, b"signed")]
 
 
 def test_client_id_of_another_device_gives_no_access_to_its_topics(fleet: Fleet, probes: list[Probe]) -> None:

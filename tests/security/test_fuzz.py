@@ -19,12 +19,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.deploy.download import Download
-from agent.errors import PackageError, ProtocolError, VerificationError
-from agent.protocol.envelope import Envelope
-from agent.protocol.manifest import FileEntry, Manifest, PayloadInfo, TargetInfo, TensorSignature
-from agent.protocol.messages import ChunkRequest, Command, DesiredState, DeviceEvent, Presence
-from agent.protocol.package import extract_payload, open_package
+from edgecore.delivery.download import Download
+from edgecore.errors import PackageError, ProtocolError, VerificationError
+from edgecore.protocol.envelope import Envelope
+from edgecore.protocol.manifest import FileEntry, Manifest, PayloadInfo, TargetInfo, TensorSignature
+from edgecore.protocol.messages import Command, DesiredState
+from edgecore.protocol.package import extract_payload, open_package
+from edgecore.protocol.reports import ChunkRequest, DeviceEvent, Presence
 
 EXAMPLES = int(os.environ.get("EDGECTL_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)

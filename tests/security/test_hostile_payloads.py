@@ -8,9 +8,7 @@ requests and device reports of the same kind raise only EdgeError or are dropped
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import queue
 from collections.abc import Callable
@@ -18,14 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import EdgeError
-from agent.protocol import topics
-from agent.protocol.chunks import read_chunk
-from agent.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, sign
-from agent.transport import Message, MqttTransport
-from edgectl.artifact_server import ArtifactServer, ServedArtifact
+from edgecore.errors import EdgeError, ProtocolError
+from edgecore.protocol import topics
+from edgecore.protocol.chunks import read_chunk
+from edgecore.protocol.envelope import COMMAND_TYPE, DESIRED_TYPE, sign
+from edgecore.protocol.reports import ChunkRequest, read_report
+from edgecore.transport import Message, MqttTransport
+from edgectl.artifacts.chunk_server import ArtifactServer, ServedArtifact
+from edgectl.controller.ingest import Ingest
 from edgectl.controller.store import SqliteStore
-from edgectl.registry import DeviceRecord, Ingest
 from tests.brokers import BrokerProcess
 from tests.fleet import AgentProcess, EdgectlHome, wait_for
 from tests.security.crafted import Observer, controller_key, desired, make_package
@@ -143,13 +142,14 @@ CHUNK_REQUESTS = [
 
 
 @pytest.mark.parametrize("raw", CHUNK_REQUESTS)
-def test_artifact_server_drops_hostile_chunk_requests(server: ArtifactServer, raw: bytes,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="edgectl.artifact_server"):
-        assert server.handle_request(raw) is None
-    assert "ignored chunk request" in caplog.text and server.requests == 0
+def test_hostile_chunk_requests_never_reach_the_artifact_server(server: ArtifactServer, raw: bytes) -> None:
+    with pytest.raises(EdgeError):
+        read_report(topics.device("d", "chunk-requests"), raw)  # the only way a chunk request reaches the server
     huge = b'{"schema": 1, "device_id": "d", "artifact_id": "a1", "ranges": [[0, 1000000000000]]}'
-    assert server.handle_request(huge) is not None and server._pending["a1"] == set(range(10))
+    request = read_report(topics.device("d", "chunk-requests"), huge)
+    assert isinstance(request, ChunkRequest)
+    server.handle_request(request)
+    assert server.requests == 1 and server._pending["a1"] == set(range(10))
 
 
 REPORTS = [
@@ -164,13 +164,11 @@ REPORTS = [
 ]
 
 
-@pytest.mark.parametrize("leaf", ["presence", "birth", "state"])
-def test_device_records_refuse_hostile_reports(leaf: str) -> None:
-    record = DeviceRecord("a")
+@pytest.mark.parametrize("leaf", ["presence", "birth", "state", "telemetry", "events", "chunk-requests"])
+def test_the_report_reader_refuses_hostile_reports(leaf: str) -> None:
     for raw in REPORTS:
         with pytest.raises(EdgeError):
-            record.apply(leaf, raw)
-    assert record.last_seen is None and record.birth == {} and record.state == {}
+            read_report(topics.device("a", leaf), raw)
 
 
 @pytest.mark.parametrize("leaf", ["presence", "birth", "state", "events", "telemetry"])
@@ -178,14 +176,17 @@ def test_controller_ingest_raises_only_edge_errors(tmp_path: Path, leaf: str) ->
     ingest = Ingest(SqliteStore(tmp_path / "store.db"))
     for raw in REPORTS:
         with pytest.raises(EdgeError):
-            ingest.apply(Message(f"edge/v1/devices/a/{leaf}", raw, False))
+            ingest.apply(Message(f"edge/v1/devices/a/{leaf}", raw, False), 1.0)
     for topic in ("edge/v1/devices/a/unknown", "edge/v1/devices/../birth", "edge/v2/x", "edge/v1/devices/a/b/c"):
         with pytest.raises(EdgeError):
-            ingest.apply(Message(topic, b"{}", False))
+            ingest.apply(Message(topic, b"{}", False), 1.0)
 
 
-def test_controller_ingest_survives_mistyped_telemetry(tmp_path: Path) -> None:
-    ingest = Ingest(SqliteStore(tmp_path / "store.db"))
-    raw = json.dumps({"schema": 1, "device_id": "a", "ts": 1.0, "models": ["m"]}).encode()
-    with contextlib.suppress(EdgeError):
-        ingest.apply(Message("edge/v1/devices/a/telemetry", raw, False))
+@pytest.mark.parametrize("models", [["m"], {"m": ["x"]}, {"m": {"version": 3}}, {"m": {"version": "1", "requests": -1}},
+                                    {"m": {"version": "1", "latency_ms": {"p95": "fast"}}}])
+def test_controller_ingest_refuses_mistyped_telemetry_naming_the_field(tmp_path: Path, models: object) -> None:
+    store = SqliteStore(tmp_path / "store.db")
+    raw = json.dumps({"schema": 1, "device_id": "a", "ts": 1.0, "models": models}).encode()
+    with pytest.raises(ProtocolError, match=r"^telemetry\.models"):
+        Ingest(store).apply(Message("edge/v1/devices/a/telemetry", raw, False), 1.0)
+    assert store.device("a") is None and store.telemetry_history("a") == []  # nothing half-trusted

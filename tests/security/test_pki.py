@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from agent.config import load_agent_config  # the agent's own loader must read what enroll writes
-from agent.errors import ConfigError, NotFoundError, ProtocolError, UserError
+from edgecore.errors import ConfigError, NotFoundError, ProtocolError, UserError
 from edgectl.pki import Algorithm, BundleTrust, FleetPki, enroll_device, parse_tags
 
 

@@ -1,4 +1,4 @@
-"""agent.tls: the client SSLContext built from an agent config's tls section."""
+"""edgecore.tls: the client SSLContext built from an agent config's tls section."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from agent.errors import ConfigError
-from agent.tls import tls_context
+from edgecore.errors import ConfigError
+from edgecore.tls import tls_context
 from edgectl.pki import Algorithm, FleetPki, enroll_device
 
 

@@ -7,6 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from edgecore.protocol.reports import (
+    Birth,
+    DeploymentProgress,
+    DeviceState,
+    LatencyFigures,
+    ModelTelemetry,
+    RunningModel,
+    Telemetry,
+)
 from edgectl.controller.records import (
     DeviceEventRow,
     DeviceStatus,
@@ -36,18 +45,25 @@ def event(device: str, ts: float, status: str = "ok", deployment: str = "r-1") -
     return DeviceEventRow(device, ts, deployment, "done", status, "fine", {"backend": "cpu"})
 
 
+def telemetry(device: str, n: int) -> Telemetry:
+    return Telemetry(device, float(n), models={"tiny": ModelTelemetry("1", requests=n, latency_ms=LatencyFigures(p95=1.5))})
+
+
 def test_devices_round_trip_and_ordered_upserts(store: Store) -> None:
-    store.upsert_device("d1", online=1, last_seen=10.0, birth={"target": "cpu-x86"}, birth_at=10.0)
-    store.upsert_device("d1", state={"last_seq": 5}, state_at=20.0)
-    store.upsert_device("d1", state={"last_seq": 4}, state_at=19.0)  # older, ingested later: ignored
-    store.upsert_device("d1", telemetry={"n": 2}, telemetry_ts=100.0, telemetry_at=30.0)
-    store.upsert_device("d1", telemetry={"n": 1}, telemetry_ts=101.0, telemetry_at=29.0)
+    birth = Birth("d1", 10.0, "0.1.0", "cpu-x86", {"site": "lobby"}, "http://d1:8080", {"cores": 4}, {"onnxruntime": "1.18"})
+    state = DeviceState("d1", 20.0, RunningModel("tiny", 2, "a1", "onnxruntime/CPUExecutionProvider", "a"),
+                        DeploymentProgress("r-1", "download"), 5)
+    store.upsert_device("d1", online=1, last_seen=10.0, birth=birth, birth_at=10.0)
+    store.upsert_device("d1", state=state, state_at=20.0)
+    store.upsert_device("d1", state=DeviceState("d1", last_seq=4), state_at=19.0)  # older, ingested later: ignored
+    store.upsert_device("d1", telemetry=telemetry("d1", 2), telemetry_ts=100.0, telemetry_at=30.0)
+    store.upsert_device("d1", telemetry=telemetry("d1", 1), telemetry_ts=101.0, telemetry_at=29.0)
     store.upsert_device("d1", online=0, presence_at=40.0)
     store.upsert_device("d1", online=1, presence_at=39.0)
     row = store.device("d1")
     assert row is not None
     assert (row.online, row.birth, row.state, row.telemetry, row.telemetry_ts) == (
-        False, {"target": "cpu-x86"}, {"last_seq": 5}, {"n": 2}, 100.0)
+        False, birth, state, telemetry("d1", 2), 100.0)
     store.upsert_device("d0", last_seen=1.0)
     assert [d.id for d in store.devices()] == ["d0", "d1"]
     assert store.device("nope") is None
@@ -157,7 +173,8 @@ def test_concurrent_writers_do_not_block_each_other(make_store: MakeStore) -> No
             for n in range(5):
                 with store.batch():
                     for device_id in order:
-                        store.upsert_device(device_id, telemetry={"n": n}, telemetry_ts=float(n), telemetry_at=float(n))
+                        store.upsert_device(device_id, telemetry=telemetry(device_id, n), telemetry_ts=float(n),
+                                            telemetry_at=float(n))
                         store.add_event(device_id, float(n), "r-1", "done", "ok", "", {})
         except BaseException as exc:  # reported below
             errors.append(exc)
@@ -169,5 +186,5 @@ def test_concurrent_writers_do_not_block_each_other(make_store: MakeStore) -> No
     for t in threads:
         t.join(120)
     assert not errors, errors
-    assert all((stores[0].device(d) or stores[0].devices()[0]).telemetry == {"n": 4} for d in ids)
+    assert all((stores[0].device(d) or stores[0].devices()[0]).telemetry == telemetry(d, 4) for d in ids)
     assert len(stores[1].unclaimed_events(limit=1000)) == 30 * 5

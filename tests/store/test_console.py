@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from edgecore.protocol.reports import Birth, DeviceState, RunningModel, Telemetry
 from edgectl.controller.accounts import Role, TokenRow, UserRow
 from edgectl.controller.history import TelemetryPoint, telemetry_point, with_rates
 from edgectl.controller.queries import DeviceQuery, UploadedPackage
@@ -27,8 +28,8 @@ FLEET = [  # id, target, tags, active model or None, online
 
 def fleet(store: Store) -> None:
     for device_id, target, tags, active, online in FLEET:
-        state = {"active": {"name": active[0], "version": active[1]}} if active else {"active": None}
-        store.upsert_device(device_id, birth={"target": target, "tags": tags, "agent_version": "0.9"}, birth_at=1.0,
+        state = DeviceState(device_id, active=RunningModel(*active) if active else None)
+        store.upsert_device(device_id, birth=Birth(device_id, agent_version="0.9", target=target, tags=tags), birth_at=1.0,
                             state=state, state_at=1.0)
         if online is not None:
             store.upsert_device(device_id, online=online, presence_at=1.0)
@@ -59,7 +60,7 @@ def test_device_pages_filter_count_and_page_in_the_store(store: Store) -> None:
     assert ids(store, text="_") == (["cam-03"], 1)
     assert ids(store, ("site", "nowhere")) == ([], 0)
     row = store.device_page(DeviceQuery((("id", "cam-01"),))).rows[0]
-    assert row.birth["tags"] == {"site": "lobby", "floor": "1"} and row.state["active"] == {"name": "det", "version": 2}
+    assert row.birth is not None and row.birth.tags == {"site": "lobby", "floor": "1"} and row.active == RunningModel("det", 2)
 
 
 def test_device_counts_models_and_tag_keys(store: Store) -> None:
@@ -73,10 +74,9 @@ def test_device_counts_models_and_tag_keys(store: Store) -> None:
 
 def test_ingest_lags_from_numeric_report_times(store: Store) -> None:
     now = time.time()
-    store.upsert_device("d1", telemetry={"ts": now - 2.5}, telemetry_ts=now, telemetry_at=now - 2.5)
-    store.upsert_device("d2", telemetry={"ts": "yesterday"}, telemetry_ts=now, telemetry_at=now)
-    store.upsert_device("d3", telemetry={"ts": now - 100}, telemetry_ts=now - 99, telemetry_at=now - 100)
-    store.upsert_device("d4", telemetry={"ts": float("nan"), "cpu": float("inf")}, telemetry_ts=now, telemetry_at=now)
+    store.upsert_device("d1", telemetry=Telemetry("d1", now - 2.5), telemetry_ts=now, telemetry_at=now - 2.5)
+    store.upsert_device("d2", telemetry=Telemetry("d2", None), telemetry_ts=now, telemetry_at=now)  # no time of its own
+    store.upsert_device("d3", telemetry=Telemetry("d3", now - 100), telemetry_ts=now - 99, telemetry_at=now - 100)
     assert [round(lag, 3) for lag in store.ingest_lags(now - 10)] == [2.5]
 
 
@@ -138,16 +138,17 @@ def test_telemetry_history_is_bounded_by_the_retention(make_store: MakeStore) ->
 
 
 def test_points_from_agent_and_light_agent_reports() -> None:
-    agent = {"ts": 5.0, "device": {"cpu_percent": 12.5, "memory_percent": 40.0, "memory_used_bytes": 1},
-             "models": {"shadow": {"version": "1", "requests": 3, "window_requests": 3, "throughput_rps": 0.05,
-                                   "latency_ms": {"p50": 9.0, "p95": 12.0}},
-                        "det": {"version": "2", "requests": 900, "window_requests": 600, "throughput_rps": 10.0,
-                                "latency_ms": {"p50": 4.0, "p95": 6.5, "p99": 8.0}}}}
-    assert telemetry_point("d1", agent, 5.0) == TelemetryPoint("d1", 5.0, "det", 2, 4.0, 6.5, 12.5, 40.0, 903, 10.05)
-    light = {"device": {"cpu_percent": 25.0, "memory_percent": float("nan")},
-             "models": {"det": {"version": "2", "requests": 20, "latency_ms": {"p50": 0.8, "p95": 1.0}}}}
-    assert telemetry_point("d1", light, 7.0) == TelemetryPoint("d1", 7.0, "det", 2, 0.8, 1.0, 25.0, None, 20, None)
-    assert telemetry_point("d1", {"models": "junk", "device": None}, 1.0) == TelemetryPoint("d1", 1.0)
+    agent = Telemetry.from_json({
+        "device_id": "d1", "ts": 5.0, "device": {"cpu_percent": 12.5, "memory_percent": 40.0, "memory_used_bytes": 1},
+        "models": {"shadow": {"version": "1", "requests": 3, "window_requests": 3, "throughput_rps": 0.05,
+                              "latency_ms": {"p50": 9.0, "p95": 12.0}},
+                   "det": {"version": "2", "requests": 900, "window_requests": 600, "throughput_rps": 10.0,
+                           "latency_ms": {"p50": 4.0, "p95": 6.5, "p99": 8.0}}}})
+    assert telemetry_point(agent, 5.0) == TelemetryPoint("d1", 5.0, "det", 2, 4.0, 6.5, 12.5, 40.0, 903, 10.05)
+    light = Telemetry.from_json({"device_id": "d1", "device": {"cpu_percent": 25.0},
+                                 "models": {"det": {"version": "2", "requests": 20, "latency_ms": {"p50": 0.8, "p95": 1.0}}}})
+    assert telemetry_point(light, 7.0) == TelemetryPoint("d1", 7.0, "det", 2, 0.8, 1.0, 25.0, None, 20, None)
+    assert telemetry_point(Telemetry("d1"), 1.0) == TelemetryPoint("d1", 1.0)
 
 
 def test_rates_from_request_counters() -> None:
@@ -166,7 +167,7 @@ def test_a_v2_sqlite_store_keeps_the_console_tables_it_already_had(tmp_path: Pat
     with sqlite3.connect(path) as db:  # back to version 2, with the tables and rows the old console code made
         db.executescript("""
             DELETE FROM schema_migrations WHERE version > 2; DROP TABLE users; DROP TABLE tokens; DROP TABLE packages;
-            DROP TABLE telemetry_history;
+            DROP TABLE telemetry_history; DROP INDEX latency_once; ALTER TABLE latency DROP COLUMN claimed;
             CREATE TABLE users(name TEXT PRIMARY KEY, role TEXT NOT NULL, created REAL);
             CREATE TABLE tokens(id TEXT PRIMARY KEY, user TEXT NOT NULL, name TEXT, sha256 TEXT NOT NULL, created REAL,
                                 expires REAL, revoked REAL);
@@ -199,7 +200,7 @@ def test_released_connections_are_reused_by_later_threads(store: Store, threads:
         t = threading.Thread(target=request)
         t.start()
         t.join()
-    assert len(store._connections) <= 2  # type: ignore[attr-defined]  # the test's thread's and one reused one
+    assert store.connections() <= 2  # the test's thread's and one reused one
 
 
 def test_the_configured_retention_bounds_the_history(tmp_path: Path) -> None:

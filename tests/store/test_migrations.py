@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import ConfigError
+from edgecore.errors import ConfigError
+from edgecore.protocol.reports import DeviceState
 from edgectl.controller.records import DeviceStatus, RolloutStatus
 from edgectl.controller.store import LATEST, SqliteStore, open_url
 from tests.store.conftest import MakeStore
@@ -49,7 +50,9 @@ SPEC_0_1 = {"selector": "all", "packages": [{"variant": "v1", "artifact_id": "a1
 def old_store(path: Path) -> None:
     db = sqlite3.connect(path)
     db.executescript(SCHEMA_0_1)
-    db.execute("INSERT INTO devices VALUES ('d1', 1, 10.0, '{\"target\":\"cpu-x86\"}', '{\"last_seq\":3}', '{}', 9.0)")
+    # Reports as 0.1 kept them: the JSON the device sent. The telemetry is one no reader takes (no device id).
+    birth, state = '{"schema":1,"device_id":"d1","target":"cpu-x86"}', '{"schema":1,"device_id":"d1","last_seq":3}'
+    db.execute("INSERT INTO devices VALUES ('d1', 1, 10.0, ?, ?, '{\"n\":2}', 9.0)", (birth, state))
     db.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?)", [("d1", 5.0, "r-1", "done", "ok", "", "{}")] * 2)  # a redelivery
     db.execute("INSERT INTO latency VALUES ('d1', 5.0, 'tiny', 2, 7.5, 'health')")
     db.execute("INSERT INTO rollouts VALUES ('r-1', 1.0, 'done', ?, 1, 'baking', 2.0, 'every wave promoted', 3.0)",
@@ -72,7 +75,8 @@ def test_a_0_1_sqlite_store_migrates_in_place_and_keeps_its_rows(tmp_path: Path)
     store = SqliteStore(path)
     assert versions(path) == list(range(1, LATEST + 1))
     device = store.device("d1")
-    assert device is not None and device.birth == {"target": "cpu-x86"} and device.state == {"last_seq": 3}
+    assert device is not None and device.birth is not None and device.birth.target == "cpu-x86" and device.last_seq == 3
+    assert device.telemetry is None and device.telemetry_ts == 9.0  # a kept report that does not read is left out
     rollout = store.rollout("r-1")
     assert rollout is not None and rollout.status == RolloutStatus.DONE and rollout.spec.max_per_minute == 0
     row = store.rollout_devices("r-1")[0]
@@ -82,10 +86,9 @@ def test_a_0_1_sqlite_store_migrates_in_place_and_keeps_its_rows(tmp_path: Path)
     assert store.latency("d1")[0].p95_ms == 7.5
     assert [a.action for a in store.audit_log()] == ["created"]
     # the new columns work on the migrated file
-    store.upsert_device("d1", state={"last_seq": 2}, state_at=1.0)
-    store.upsert_device("d1", state={"last_seq": 4}, state_at=2.0)
-    store.upsert_device("d1", state={"last_seq": 1}, state_at=1.5)
-    assert (store.device("d1") or device).state == {"last_seq": 4}
+    for seq, at in ((2, 1.0), (4, 2.0), (1, 1.5)):
+        store.upsert_device("d1", state=DeviceState("d1", last_seq=seq), state_at=at)
+    assert (store.device("d1") or device).last_seq == 4
     store.close()
     SqliteStore(path).close()  # opening again applies nothing more
     assert versions(path) == list(range(1, LATEST + 1))

@@ -13,8 +13,8 @@ from onnxruntime.tools.mobile_helpers import usability_checker
 from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo, optimize_model
 
 import targets
-from agent.modelcheck import load_model_checked
-from tests.corpus import CORPUS
+from edgecore.modelcheck import load_model_checked
+from tests.corpus import LOADABLE
 from tests.targets import graphs
 
 MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models"
@@ -24,7 +24,7 @@ GENERATED = {
     "unsupported_in_middle": graphs.unsupported_in_middle,
     "with_if": graphs.with_if,
     "tree_ensemble": graphs.tree_ensemble,
-    **{f"corpus:{name}": entry.make for name, entry in CORPUS.items()},
+    **{f"corpus:{name}": entry.make for name, entry in LOADABLE.items()},
 }
 REAL = ["mnist8-modelzoo/mnist-8.onnx", "ultraface-rfb320/ultraface_RFB-320.onnx", "magika-standard_v3_3/model.onnx"]
 # every model in ../shared/models, found when the tests are collected (none: one skipped case says so)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import targets
-from agent.errors import ConfigError
+from edgecore.errors import ConfigError
 from targets.shapes import fix_input_shapes, parse_static_shapes
 from tests.targets import graphs
 

@@ -12,8 +12,8 @@ import onnxruntime as ort
 import pytest
 
 import targets
-from agent.modelcheck import load_model_checked
-from agent.partitions import PartitionedRunner, load_plan
+from edgecore.modelcheck import load_model_checked
+from edgecore.partitions import PartitionedRunner, load_plan
 from targets.partitioner import write_partitions
 from tests.targets import graphs
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import targets
-from agent.errors import ConfigError, NotFoundError
+from edgecore.errors import ConfigError, NotFoundError
 
 REQUIRED = {"jetson-orin", "jetson-nano", "myriad", "intel-npu", "nnapi", "qnn-htp", "cpu-x86", "cpu-arm",
             "coreml-neuralnetwork", "coreml-mlprogram", "edgetpu"}

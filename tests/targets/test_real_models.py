@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import targets
-from agent.modelcheck import load_model_checked
+from edgecore.modelcheck import load_model_checked
 
 MODELS = Path(__file__).resolve().parents[2].parent / "shared" / "models"
 NAMES = ["cpu-x86", "cpu-x86-openvino", "intel-npu", "jetson-nano", "jetson-orin", "myriad", "nnapi", "qnn-htp"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -12,15 +15,16 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from agent.protocol import topics
-from agent.protocol.envelope import DESIRED_TYPE, MANIFEST_TYPE, TrustedKeys
-from agent.protocol.manifest import Manifest
-from agent.protocol.messages import DesiredState, DeviceEvent, Presence, verify_signed
-from agent.protocol.schema import encode_json
-from agent.transport import Message
-from agent.transport_memory import MemoryBroker, MemoryTransport
+from edgecore.protocol import topics
+from edgecore.protocol.envelope import DESIRED_TYPE, MANIFEST_TYPE, Envelope, TrustedKeys
+from edgecore.protocol.manifest import Manifest
+from edgecore.protocol.messages import DesiredState, verify_signed
+from edgecore.protocol.reports import DeviceEvent, Presence
+from edgecore.protocol.schema import encode_json
+from edgecore.transport import ConnectHook, Message, Transport, TransportFactory
+from edgecore.transport_memory import MemoryBroker, MemoryTransport
 from edgectl.controller import RolloutOptions, SqliteStore, plan_rollout, submit_rollout
-from edgectl.controller.service import Controller
+from edgectl.controller.service import ACK, Controller
 from edgectl.examples import tiny_classifier
 from edgectl.package import BuildOptions, build_package, read_package
 from tests.fleet import wait_for
@@ -61,9 +65,26 @@ class RunningController:
 
 
 def next_desired(device: MemoryTransport, timeout: float = WAIT_S) -> Message:
-    message = device.inbox.get(timeout=timeout)
-    assert message.topic.endswith("/desired"), message.topic
-    return message
+    """The next desired state, past the empty ones that acknowledge a device's birth (service.ACK)."""
+    while True:
+        message = device.inbox.get(timeout=timeout)
+        assert message.topic.endswith("/desired"), message.topic
+        if json.loads(Envelope.from_bytes(message.payload).payload)["deployment_id"] != ACK:
+            return message
+
+
+def connections(broker: MemoryBroker, client_id: str) -> TransportFactory:
+    """The controller's transports on ``broker``: ``client_id``, then ``client_id-1``, ``-2``... for the later connections.
+
+    A client id of its own per connection, as ``controller_transports`` makes them (see ``TransportFactory``): the
+    controller opens a second one to read the retained reports (reconciliation), which must not take over the first."""
+    names = itertools.count()
+
+    def build(inbox: queue.Queue[Message], on_connect: ConnectHook) -> Transport:
+        n = next(names)
+        return broker.transport(f"{client_id}-{n}" if n else client_id, inbox, on_connect)
+
+    return build
 
 
 @pytest.fixture
@@ -72,8 +93,8 @@ def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopping: list[thre
     key, package_key = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
     broker = MemoryBroker()
     store_path = tmp_path / "controller.db"
-    controller = Controller(SqliteStore(store_path), broker.factory("controller"), key, TrustedKeys([package_key.public_key()]),
-                            tick_s=0.05)
+    controller = Controller(SqliteStore(store_path), connections(broker, "controller"), key,
+                            TrustedKeys([package_key.public_key()]), tick_s=0.05)
     thread = threading.Thread(target=controller.run, daemon=True)
     thread.start()
     wait_for(lambda: "controller" in broker.clients(), WAIT_S, "the controller to connect", interval=0.01)
@@ -91,8 +112,8 @@ def test_device_reports_are_ingested_into_the_store(running: RunningController) 
     running.event(device, "dev-1", "d-1", "download", "running")
     wait_for(lambda: running.events("dev-1"), WAIT_S, "the event in the store", interval=0.01)
     row = running.store().device("dev-1")
-    assert row is not None and row.online and row.birth["target"] == "jetson-orin"
-    assert row.telemetry["models"]["m"]["latency_ms"]["p95"] == 4.5
+    assert row is not None and row.online and row.birth is not None and row.birth.target == "jetson-orin"
+    assert row.telemetry is not None and row.telemetry.models["m"].latency_ms.p95 == 4.5
     assert running.events("dev-1") == [("download", "running")]
 
 

@@ -7,7 +7,8 @@ export function h(spec, attrs, ...children) {
   const el = document.createElement(tag || "div");
   if (classes.length) el.className = classes.join(" ");
   if (id) el.id = id;
-  if (attrs && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) {
+  // A first child that is not an attribute object (text, a number, 0 included, a node, a list) is a child.
+  if (attrs !== undefined && attrs !== null && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) {
     children.unshift(attrs);
     attrs = null;
   }
@@ -79,4 +80,52 @@ export function progress(done, total, failed = 0) {
   return h("div.progress", { title: `${done}/${total}`, role: "progressbar", "aria-valuenow": Math.round(pct) },
     h("div.progress-ok", { style: `width:${pct}%` }),
     h("div.progress-bad", { style: `width:${bad}%` }));
+}
+
+/**
+ * Make ``el``'s children look like ``children`` while keeping the nodes that stay: a live update of a page
+ * the operator is using keeps its buttons (a click in flight lands on the element it aimed at) and the
+ * keyboard focus. Elements are matched in order by tag and ``data-key``; attributes and text are updated in
+ * place. Listeners are not carried over: controls updated this way handle events by delegation or read
+ * their ``data-*`` attributes when clicked.
+ */
+export function update(el, ...children) {
+  const fresh = document.createElement(el.tagName);
+  append(fresh, children);
+  morphChildren(el, fresh);
+  return el;
+}
+
+function same(a, b) {
+  return a.nodeType === b.nodeType && a.nodeName === b.nodeName
+    && (a.nodeType !== Node.ELEMENT_NODE || a.getAttribute("data-key") === b.getAttribute("data-key"));
+}
+
+function morphChildren(target, source) {
+  const wanted = [...source.childNodes];
+  let node = target.firstChild;
+  for (const next of wanted) {
+    if (node && same(node, next)) {
+      morphNode(node, next);
+      node = node.nextSibling;
+    } else {
+      target.insertBefore(next, node); // moved out of ``source``: a new node with its own listeners
+    }
+  }
+  while (node) {
+    const extra = node;
+    node = node.nextSibling;
+    extra.remove();
+  }
+}
+
+function morphNode(target, source) {
+  if (target.nodeType !== Node.ELEMENT_NODE) {
+    if (target.nodeValue !== source.nodeValue) target.nodeValue = source.nodeValue;
+    return;
+  }
+  for (const { name } of [...target.attributes]) if (!source.hasAttribute(name)) target.removeAttribute(name);
+  for (const { name, value } of [...source.attributes]) if (target.getAttribute(name) !== value) target.setAttribute(name, value);
+  if ("disabled" in target && target.disabled !== source.disabled) target.disabled = source.disabled;
+  morphChildren(target, source);
 }

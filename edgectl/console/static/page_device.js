@@ -79,11 +79,26 @@ function draw(body, d, reports) {
           h("dt", "Inference URL"), h("dd", d.inference_url || "–"),
           h("dt", "Last seen"), h("dd", `${fmtAgo(d.last_seen)} (${fmtTime(d.last_seen)})`))),
       h("section.panel", h("h2", "Events"), timeline(d))),
+    modelsPanel(d.models || []),
     h("div.charts",
       h("section.panel", lineChart("Inference latency", [{ name: "p50", points: s.p50 }, { name: "p95", points: s.p95 }], "ms")),
       h("section.panel", lineChart("Inference rate", [{ name: "requests/s", points: s.rate }], "req/s")),
       h("section.panel", lineChart("CPU", [{ name: "cpu", points: s.cpu }], "%", { yMax: 100 })),
       h("section.panel", lineChart("Memory", [{ name: "memory", points: s.mem }], "%", { yMax: 100 }))));
+}
+
+/** Every model and pipeline the device serves, with its version, backend and latest figures (the API's ``models``). */
+function modelsPanel(models) {
+  const num = (v, digits) => (Number.isFinite(v) ? v.toFixed(digits) : "–");
+  return h("section.panel", h("h2", `Models (${models.length})`),
+    h("div.scroll", h("table#device-models",
+      h("thead", h("tr", ...["Name", "Kind", "Version", "Backend", "Footprint MB", "p50 ms", "p95 ms", "Requests", "Errors"]
+        .map((label) => h("th", label)))),
+      h("tbody", ...models.map((m) => h("tr", { "data-model": m.name },
+        h("td", m.name), h("td", m.kind || "model"), h("td", `v${m.version}`), h("td", m.backend || "–"),
+        h("td", num(m.footprint_mb, 1)), h("td", num(m.p50_ms, 2)), h("td", num(m.p95_ms, 2)),
+        h("td", Number.isFinite(m.requests) ? String(m.requests) : "–"),
+        h("td", Number.isFinite(m.errors) ? String(m.errors) : "–")))))));
 }
 
 function hardwareLine(hw) {

@@ -32,7 +32,9 @@ export async function mount(main, _args, params, ctx) {
     h("label", "Gates (one per line, e.g. p95_latency <= 1.2x)", h("textarea", { name: "gates", rows: 3 })),
     h("div.row.checks",
       h("label", h("input", { type: "checkbox", name: "shadow" }), "Shadow run (compare against the old model first)"),
-      h("label", h("input", { type: "checkbox", name: "allow_downgrade" }), "Allow downgrade")),
+      h("label", h("input", { type: "checkbox", name: "allow_downgrade" }), "Allow downgrade"),
+      h("label", { title: "Without it a wave whose gate has no data (no latency baseline, no requests) waits for data, then halts" },
+        h("input", { type: "checkbox", name: "allow_no_data" }), "Promote without data")),
     h("div.actions",
       h("button#preview", { type: "button", onclick: () => submit(true) }, "Preview (dry run)"),
       h("button.primary#start", { type: "button", onclick: () => submit(false) }, "Start rollout")));
@@ -49,6 +51,7 @@ export async function mount(main, _args, params, ctx) {
       gates: String(data.get("gates") || "").split("\n").map((g) => g.trim()).filter(Boolean),
       shadow: data.get("shadow") === "on",
       allow_downgrade: data.get("allow_downgrade") === "on",
+      allow_no_data: data.get("allow_no_data") === "on",
       dry_run: dryRun,
     };
     if (!body.packages.length) {

@@ -1,7 +1,10 @@
 // One rollout: waves with progress, each gate's value against its threshold, devices per state, and the
 // operator's pause / resume / abort / retry-failed (asked for confirmation; the server checks the role anyway).
+//
+// Live updates change the page in place (dom.update): the buttons and the keyboard focus survive a poll, so
+// a click lands on the element the operator aimed at. Controls are handled by delegation on the page.
 
-import { fill, fmtNumber, fmtTime, h, pill, progress } from "./dom.js";
+import { fill, fmtNumber, fmtTime, h, pill, progress, update } from "./dom.js";
 
 export const NAV = "rollouts";
 export const PAGE = "rollout";
@@ -16,87 +19,107 @@ const ACTIONS = [
     text: "Devices not yet updated are cancelled and devices that installed roll back to their previous model." },
 ];
 const DEVICE_PAGE = 100;
+const PHASES = { start: "starting", installing: "installing", baking: "baking", waiting: "waiting for data", rollback: "rolling back" };
+const VERDICTS = { holds: "pass", fails: "fail", "no data": "no data", "not judged": "not judged" };
 
 export async function mount(main, [rolloutId], _params, ctx) {
+  const view = { shown: DEVICE_PAGE, stateFilter: "", last: null };
   const body = h("div#rollout");
-  const actions = h("div.actions#rollout-actions");
-  fill(main, h("p", h("a", { href: "#/rollouts" }, "← Rollouts")), h("h1", `Rollout ${rolloutId}`), actions, body);
-  let shown = DEVICE_PAGE;
-  let stateFilter = "";
-  let last = null;
-  const redraw = () => last && draw(body, last, { shown, stateFilter,
-    more: () => { shown += DEVICE_PAGE; redraw(); },
-    filter: (s) => { stateFilter = s === stateFilter ? "" : s; shown = DEVICE_PAGE; redraw(); } });
+  const buttons = ACTIONS.map((a) => h(`button${a.danger ? ".danger" : ""}`, { type: "button", dataset: { action: a.name } }, a.label));
+  const note = h("span.muted#rollout-role-note");
+  fill(main, h("p", h("a", { href: "#/rollouts" }, "← Rollouts")), h("h1", `Rollout ${rolloutId}`),
+    h("div.actions#rollout-actions", buttons, note), body);
+  const redraw = () => view.last && update(body, ...draw(view.last, view));
   const refresh = async () => {
-    last = await ctx.api(`/rollouts/${encodeURIComponent(rolloutId)}`);
-    drawActions(actions, last, ctx, refresh);
+    view.last = await ctx.api(`/rollouts/${encodeURIComponent(rolloutId)}`);
+    drawActions(buttons, note, view.last, ctx);
     redraw();
   };
+  main.querySelector("#rollout-actions").addEventListener("click", (e) => {
+    const button = e.target.closest("button[data-action]");
+    if (button && !button.disabled) act(ACTIONS.find((a) => a.name === button.dataset.action), view.last, ctx, refresh);
+  });
+  body.addEventListener("click", (e) => {
+    const state = e.target.closest("button[data-state]");
+    if (state) {
+      view.stateFilter = state.dataset.state === view.stateFilter ? "" : state.dataset.state;
+      view.shown = DEVICE_PAGE;
+      redraw();
+    } else if (e.target.closest("button[data-more]")) {
+      view.shown += DEVICE_PAGE;
+      redraw();
+    }
+  });
   await refresh();
   return { refresh };
 }
 
-function drawActions(el, r, ctx, refresh) {
+/** The buttons stay; only whether each applies now changes. */
+function drawActions(buttons, note, r, ctx) {
   const allowed = ctx.can("operator");
-  fill(el, ACTIONS.map((a) => h(`button${a.danger ? ".danger" : ""}`, {
-    type: "button", dataset: { action: a.name },
-    disabled: !allowed || !a.when.includes(r.status),
-    title: allowed ? "" : "viewers cannot steer rollouts",
-    onclick: async () => {
-      const ok = await ctx.confirm(`${a.label} rollout ${r.id}?`, a.text, a.label);
-      if (!ok) return;
-      try {
-        await ctx.api(`/rollouts/${encodeURIComponent(r.id)}/${a.name}`, { method: "POST" });
-        ctx.flash(`${a.label} requested: the controller applies it within a tick.`, "info");
-        await refresh();
-      } catch (err) {
-        ctx.flash(err.message);
-      }
-    },
-  }, a.label)),
-  allowed ? null : h("span.muted", "Your role (viewer) can watch but not steer rollouts."));
+  ACTIONS.forEach((a, i) => {
+    buttons[i].disabled = !allowed || !a.when.includes(r.status);
+    buttons[i].title = allowed ? "" : "viewers cannot steer rollouts";
+  });
+  note.textContent = allowed ? "" : "Your role (viewer) can watch but not steer rollouts.";
 }
 
-/** Per-wave counts: from the server's ``progress`` (one entry per wave) when it sends one, else counted from the devices. */
-function waves(r) {
-  if (Array.isArray(r.progress)) {
-    return r.progress.map((w) => ({ wave: w.wave, total: w.devices, ok: w.ok, failed: w.failed,
-      in_flight: w.devices - w.finished, state: w.state }));
+async function act(a, r, ctx, refresh) {
+  const ok = await ctx.confirm(`${a.label} rollout ${r.id}?`, a.text, a.label);
+  if (!ok) return;
+  try {
+    await ctx.api(`/rollouts/${encodeURIComponent(r.id)}/${a.name}`, { method: "POST" });
+    ctx.flash(`${a.label} requested: the controller applies it within a tick.`, "info");
+    await refresh();
+  } catch (err) {
+    ctx.flash(err.message);
   }
-  const byWave = new Map();
-  for (const d of r.devices || []) {
-    if (!d.wave) continue;
-    const w = byWave.get(d.wave) || { wave: d.wave, total: 0, ok: 0, failed: 0, in_flight: 0 };
-    w.total += 1;
-    if (d.status === "ok") w.ok += 1;
-    else if (["failed", "rolled-back", "rollback-sent"].includes(d.status)) w.failed += 1;
-    else if (["sent", "running"].includes(d.status)) w.in_flight += 1;
-    byWave.set(d.wave, w);
+}
+
+/** A device status as the operator reads it: a rollback the controller ordered says who ordered it. */
+function statusWord(status, r) {
+  if (status === "rolled-back" || status === "rollback-sent") {
+    const by = byWhom(r);
+    if (by) return `${status === "rollback-sent" ? "rolling back" : "rolled back"} by the ${by}`;
   }
-  return [...byWave.values()].sort((a, b) => a.wave - b.wave);
+  return status;
+}
+
+function byWhom(r) {
+  if (["aborting", "aborted"].includes(r.status)) return "operator";
+  if (["rolling-back", "rolled-back"].includes(r.status)) return "halt";
+  return null;
+}
+
+function statusPill(status, r) {
+  const word = statusWord(status, r);
+  const el = pill(status);
+  el.textContent = word;
+  return el;
 }
 
 function byState(r) {
-  if (r.device_states) return r.device_states;
   const counts = {};
   for (const d of r.devices || []) counts[d.status] = (counts[d.status] || 0) + 1;
-  for (const s of r.skipped || []) if (!(r.devices || []).some((d) => d.device_id === s.device_id)) counts.skipped = (counts.skipped || 0) + 1;
   return counts;
 }
 
-function draw(body, r, view) {
+function draw(r, view) {
   const states = byState(r);
   const devices = (r.devices || []).filter((d) => !view.stateFilter || d.status === view.stateFilter);
-  fill(body,
+  return [
+    waiting(r),
     h("div.grid2",
       h("section.panel",
         h("dl.facts",
           h("dt", "Status"), h("dd#rollout-status", { dataset: { status: r.status } }, pill(r.status)),
-          h("dt", "Wave"), h("dd", `${r.wave} of ${r.waves} (${r.phase})`),
+          h("dt", "Wave"), h("dd#rollout-wave", `${r.wave} of ${r.waves} (${PHASES[r.phase] || r.phase})`),
           h("dt", "Packages"), h("dd", (r.packages || []).join(", ")),
           h("dt", "Selector"), h("dd", h("code", r.selector || "all")),
           h("dt", "Max failure"), h("dd", `${fmtNumber(100 * (r.max_failure || 0))} % of a wave`),
           h("dt", "Bake"), h("dd", `${fmtNumber(r.bake_s, 0)} s`),
+          h("dt", "No data"), h("dd", r.allow_no_data ? "a wave may be promoted without a gate's data (--allow-no-data)"
+            : "a gate without data holds the wave"),
           h("dt", "Created"), h("dd", fmtTime(r.created)),
           h("dt", "Reason"), h("dd#rollout-reason", r.reason || "–"))),
       h("section.panel", h("h2", "Waves"), waveTable(r))),
@@ -104,34 +127,56 @@ function draw(body, r, view) {
       h("section.panel", h("h2", "Gates"), gateTable(r)),
       h("section.panel", h("h2", "Devices per state"),
         h("div.states#device-states", Object.entries(states).sort().map(([s, n]) => h("button.link-state", {
-          type: "button", dataset: { state: s }, "aria-pressed": String(view.stateFilter === s), onclick: () => view.filter(s),
-        }, pill(s), ` ${n}`))))),
-    h("h2", view.stateFilter ? `Devices (${view.stateFilter})` : "Devices"),
-    h("table#rollout-devices",
+          type: "button", "data-key": s, dataset: { state: s }, "aria-pressed": String(view.stateFilter === s),
+        }, statusPill(s, r), ` ${n}`))))),
+    h("h2", view.stateFilter ? `Devices (${statusWord(view.stateFilter, r)})` : "Devices"),
+    h("div.scroll", h("table#rollout-devices",
       h("thead", h("tr", ["Device", "Wave", "Status", "Step", "Package", "Backend", "p95 (ms)", "Detail"].map((c) => h("th", c)))),
-      h("tbody", devices.slice(0, view.shown).map((d) => h("tr", { dataset: { device: d.device_id } },
+      h("tbody", devices.slice(0, view.shown).map((d) => h("tr", { "data-key": d.device_id, dataset: { device: d.device_id } },
         h("td", h("a", { href: `#/devices/${encodeURIComponent(d.device_id)}` }, d.device_id)),
         h("td", d.wave || "–"),
-        h("td", pill(d.status)),
+        h("td", statusPill(d.status, r)),
         h("td", d.state || "–"),
         h("td", d.variant || "–"),
         h("td", (d.backend || "–").replace(/^onnxruntime\//, "")),
         h("td", fmtNumber(d.health_p95_ms, 2)),
-        h("td.wrap", d.detail || ""))))),
+        h("td.wrap", d.detail || "")))))),
     devices.length > view.shown
-      ? h("p", h("button", { type: "button", onclick: view.more }, `Show more (${devices.length - view.shown} left)`)) : null);
+      ? h("p", h("button", { type: "button", "data-more": "1" }, `Show more (${devices.length - view.shown} left)`)) : null,
+  ];
+}
+
+/** A baked wave whose gate has no data waits for it, until a deadline; then it halts. */
+function waiting(r) {
+  const w = r.waiting_for_data;
+  if (!w) return null;
+  return h("section.panel.waiting#waiting-for-data", { role: "status" },
+    h("strong", `Wave ${w.wave} is waiting for data`),
+    ` from ${(w.gates || []).join(", ")}: it is promoted when the data arrives and halts at `,
+    h("time", { datetime: new Date(w.deadline * 1000).toISOString() }, fmtTime(w.deadline)), " without it.");
+}
+
+function waveState(w, r) {
+  if (w.state === "pending") return ["running", "paused"].includes(r.status) ? "planned" : "cancelled"; // never started
+  if (w.state === "done") return r.status === "done" || w.wave < r.wave ? "promoted" : r.status;
+  return PHASES[r.phase] || r.phase;
 }
 
 function waveTable(r) {
-  const rows = waves(r);
+  const rows = r.progress || [];
   if (!rows.length) return h("p.muted", "No device planned.");
-  return h("table#waves",
-    h("thead", h("tr", h("th", "Wave"), h("th", "Devices"), h("th", "Progress"), h("th", "OK"), h("th", "Failed"), h("th", "Installing"))),
-    h("tbody", rows.map((w) => h(`tr${w.wave === r.wave ? ".current" : ""}`, { dataset: { wave: w.wave } },
+  return h("div.scroll", h("table#waves",
+    h("thead", h("tr", ["Wave", "State", "Devices", "Progress", "OK", "Failed", "Rolled back", "Installing", "Planned"].map((c) => h("th", c)))),
+    h("tbody", rows.map((w) => h(`tr${w.wave === r.wave ? ".current" : ""}`, { "data-key": String(w.wave), dataset: { wave: w.wave } },
       h("td", w.wave === r.wave ? h("strong", `${w.wave} ◂`) : String(w.wave)),
-      h("td", w.total),
-      h("td", progress(w.ok, w.total, w.failed)),
-      h("td", w.ok), h("td", w.failed), h("td", w.in_flight ?? "–")))));
+      h("td.wave-state", pill(waveState(w, r))),
+      h("td", w.devices),
+      h("td", progress(w.ok, w.devices, w.failed + w.rolled_back)),
+      h("td", w.ok),
+      h("td.failed", w.failed),
+      h("td.rolled-back", w.rolled_back ? `${w.rolled_back} (by the ${w.rolled_back_by})` : "0"),
+      h("td.installing", w.installing + (w.deferred ? ` (+${w.deferred} offline)` : "")),
+      h("td.planned", w.planned))))));
 }
 
 /** The threshold as the operator wrote it: thresholds arrive in base units (fraction, seconds, ratio, ms). */
@@ -152,17 +197,17 @@ function gateValue(g) {
 }
 
 function gateTable(r) {
-  const gates = (r.gate_values || r.gates || []).map((g) => (typeof g === "string" ? { gate: g } : g));
+  const gates = r.gate_values || [];
   if (!gates.length) return h("p.muted", "No gate.");
-  return h("table#gates",
+  return h("div.scroll", h("table#gates",
     h("thead", h("tr", h("th", "Gate"), h("th", "Value now"), h("th", "Threshold"), h("th", "Verdict"), h("th", "Detail"))),
     h("tbody", gates.map((g) => {
-      const verdict = g.value === null || g.value === undefined ? "no data" : g.holds ? "pass" : "fail";
-      return h(`tr${verdict === "fail" ? ".gate-fail" : ""}`, { dataset: { gate: g.gate } },
+      const verdict = VERDICTS[g.verdict] || g.verdict;
+      return h(`tr${verdict === "fail" ? ".gate-fail" : ""}`, { "data-key": g.gate, dataset: { gate: g.gate, verdict } },
         h("td", h("code", g.gate)),
         h("td", gateValue(g)),
         h("td", threshold(g)),
         h("td", pill(verdict)),
         h("td.wrap", g.detail || ""));
-    })));
+    }))));
 }

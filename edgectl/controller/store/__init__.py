@@ -18,17 +18,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.errors import ConfigError
-from edgectl.controller.records import DeviceRow, RolloutDevice, RolloutRow
+from edgecore.errors import ConfigError
+from edgectl.controller.records import DeviceRecord, RolloutDevice, RolloutRow
 from edgectl.controller.store.migrations import LATEST
-from edgectl.controller.store.protocol import DAY_S, ConsoleStore, Lease, Retention, Store
+from edgectl.controller.store.protocol import DAY_S, ConsoleStore, Fenced, Lease, LeaseToken, Retention, Store, StoreUnavailable
 from edgectl.controller.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from edgectl.config import ControllerSettings
 
-__all__ = ["LATEST", "ConsoleStore", "DeviceRow", "Lease", "Retention", "RolloutDevice", "RolloutRow", "SqliteStore", "Store",
-           "is_url", "open_configured", "open_url", "sqlite_path"]
+__all__ = ["LATEST", "ConsoleStore", "DeviceRecord", "Fenced", "Lease", "LeaseToken", "Retention", "RolloutDevice", "RolloutRow",
+           "SqliteStore", "Store", "StoreUnavailable", "is_url", "open_configured", "open_url", "sqlite_path"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

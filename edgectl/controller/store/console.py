@@ -4,6 +4,7 @@ Device pages and counts are filtered, counted and paged in SQL: decoding 10,000 
 to filter them costs about half a second. The only difference between the engines is how a JSON field
 of a text column is read, which each back-end supplies: SQLite ``json_extract(birth, '$.target')``,
 PostgreSQL ``birth::jsonb #>> '{target}'`` (and ILIKE, since SQLite's LIKE ignores ASCII case).
+Models are read from ``device_models`` (``store/served.py``): a device serves several.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import Any
 
 from edgectl.controller.accounts import Role, TokenRow, UserRow
 from edgectl.controller.queries import DevicePage, DeviceQuery, UploadedPackage
-from edgectl.controller.records import DeviceRow, PackageRef
+from edgectl.controller.records import DeviceRecord, PackageRef
 
 __all__ = ["ConsoleSql"]
 
 STATUS = "CASE online WHEN 1 THEN 'online' WHEN 0 THEN 'offline' ELSE 'unknown' END"
-FIELDS = {"target": ("birth", "target"), "model": ("state", "active.name"), "agent": ("birth", "agent_version")}
+FIELDS = {"target": ("birth", "target"), "agent": ("birth", "agent_version")}
+SERVES = "EXISTS (SELECT 1 FROM device_models m WHERE m.device_id = devices.id"  # ... AND a condition on m, then ")"
 
 
 def _like(value: str) -> str:
@@ -56,7 +58,7 @@ class ConsoleSql:
         raise NotImplementedError
 
     @staticmethod
-    def _device(r: Any) -> DeviceRow:
+    def _device(r: Any) -> DeviceRecord:
         raise NotImplementedError
 
     # -- devices ----------------------------------------------------------------------------------
@@ -71,25 +73,39 @@ class ConsoleSql:
         sql, arg = self._json_tag(key)
         return sql, [arg]
 
+    def _match(self, expr: str, want: str) -> tuple[str, str]:
+        """``expr`` equal to ``want``, or starting with it when it ends in ``*``: (SQL with one ``?``, its value)."""
+        if want.endswith("*"):
+            return f"COALESCE(CAST({expr} AS TEXT), '') {self.like} ? ESCAPE '\\'", _like(want[:-1]) + "%"
+        return f"COALESCE(CAST({expr} AS TEXT), '') = ?", want
+
+    def _serves(self, query: DeviceQuery) -> tuple[list[str], list[Any]]:
+        """Conditions on the models a device serves: each ``model`` term, with ``version`` on the same model."""
+        names = [want for key, want in query.terms if key == "model"]
+        clauses, args = [], []
+        for want in names or ([] if query.version is None else ["*"]):
+            match, value = self._match("m.name", want)
+            version = "" if query.version is None else " AND m.version = ?"
+            clauses.append(f"{SERVES} AND {match}{version})")
+            args += [value] + ([] if query.version is None else [query.version])
+        return clauses, args
+
     def _where(self, query: DeviceQuery) -> tuple[str, list[Any]]:
         """The SQL condition for ``query``: selector terms, version, text."""
-        clauses, args = ["1=1"], []
+        clauses, args = self._serves(query)
+        clauses.insert(0, "1=1")
         for key, want in query.terms:
+            if key == "model":
+                continue
             expr, expr_args = self._field(key)
-            args += expr_args
-            if want.endswith("*"):
-                clauses.append(f"COALESCE(CAST({expr} AS TEXT), '') {self.like} ? ESCAPE '\\'")
-                args.append(_like(want[:-1]) + "%")
-            else:
-                clauses.append(f"COALESCE(CAST({expr} AS TEXT), '') = ?")
-                args.append(want)
-        if query.version is not None:
-            clauses.append(f"CAST({self._json('state', 'active.version')} AS TEXT) = ?")
-            args.append(str(query.version))
+            match, value = self._match(expr, want)
+            clauses.append(match)
+            args += [*expr_args, value]
         if query.text:
-            fields = ("id", self._json("birth", "target"), self._json("state", "active.name"), self._json("birth", "tags"))
-            clauses.append("(" + " OR ".join(f"COALESCE({f}, '') {self.like} ? ESCAPE '\\'" for f in fields) + ")")
-            args += [f"%{_like(query.text)}%"] * len(fields)
+            fields = ("id", self._json("birth", "target"), self._json("birth", "tags"))
+            like = f"{self.like} ? ESCAPE '\\'"
+            clauses.append("(" + " OR ".join(f"COALESCE({f}, '') {like}" for f in fields) + f" OR {SERVES} AND m.name {like}))")
+            args += [f"%{_like(query.text)}%"] * (len(fields) + 1)
         return " AND ".join(clauses), args
 
     def device_page(self, query: DeviceQuery) -> DevicePage:
@@ -107,12 +123,13 @@ class ConsoleSql:
         return {(str(r["t"]), str(r["s"])): int(r["n"]) for r in rows}
 
     def device_models(self) -> dict[tuple[str, int | None], int]:
-        rows = self._all(f"SELECT COALESCE({self._json('state', 'active.name')}, '') AS m, "
-                         f"CAST({self._json('state', 'active.version')} AS TEXT) AS v, COUNT(*) AS n FROM devices GROUP BY m, v")
-        counts: dict[tuple[str, int | None], int] = {}
-        for r in rows:
-            version = None if r["v"] is None or r["m"] == "" or not str(r["v"]).isdigit() else int(r["v"])
-            counts[(str(r["m"]), version)] = counts.get((str(r["m"]), version), 0) + int(r["n"])
+        """Devices per model version they serve (a device serving two models counts under each); ("", None): none."""
+        rows = self._all("SELECT name, version, COUNT(*) AS n FROM device_models GROUP BY name, version")
+        counts = {(str(r["name"]), None if r["version"] is None else int(r["version"])): int(r["n"]) for r in rows}
+        idle = self._all("SELECT COUNT(*) AS n FROM devices WHERE NOT EXISTS "
+                         "(SELECT 1 FROM device_models m WHERE m.device_id = devices.id)")[0]["n"]
+        if idle:
+            counts[("", None)] = int(idle)
         return counts
 
     def ingest_lags(self, since: float) -> list[float]:

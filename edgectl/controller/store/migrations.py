@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.errors import ConfigError
+from edgecore.errors import ConfigError
 
 __all__ = ["LATEST", "MIGRATIONS", "Migration", "migrate"]
 
@@ -119,6 +119,64 @@ CREATE TABLE IF NOT EXISTS telemetry_history(
     cpu_percent {real}, memory_percent {real}, requests BIGINT, rate_rps {real});
 CREATE INDEX IF NOT EXISTS telemetry_history_device ON telemetry_history(device_id, ts);
 """
+# Version 5: the engine lease of replicated controllers (PostgreSQL only; SQLite's is a file lock).
+# ``expires`` is on the database's clock; ``epoch`` is the fencing number every leader write
+# carries; ``holder_pid`` is the holder's backend, whose end frees the lease before it expires.
+V5_POSTGRES = """
+CREATE TABLE IF NOT EXISTS leases(
+    name TEXT PRIMARY KEY, holder TEXT NOT NULL DEFAULT '', epoch BIGINT NOT NULL DEFAULT 0,
+    expires DOUBLE PRECISION NOT NULL DEFAULT 0, holder_pid INTEGER);
+INSERT INTO leases(name) VALUES ('engine') ON CONFLICT DO NOTHING;
+"""
+# Version 6: what each device serves, one row per model or pipeline (store/served.py), made from the states
+# already kept: their ``models`` list, or for states of agents from before sets their one ``active`` model.
+V6 = """
+CREATE TABLE IF NOT EXISTS device_models(
+    device_id TEXT NOT NULL, name TEXT NOT NULL, version BIGINT, kind TEXT, backend TEXT, artifact_id TEXT,
+    deployment_id TEXT, footprint_mb {real}, PRIMARY KEY(device_id, name));
+CREATE INDEX IF NOT EXISTS device_models_name ON device_models(name, version);
+"""
+V6_SQLITE = V6.format(real="REAL") + """
+INSERT OR IGNORE INTO device_models(device_id, name, version, kind, backend, artifact_id, deployment_id, footprint_mb)
+    SELECT d.id, json_extract(m.value, '$.name'), CAST(json_extract(m.value, '$.version') AS INTEGER),
+           COALESCE(json_extract(m.value, '$.kind'), 'model'), json_extract(m.value, '$.backend'),
+           json_extract(m.value, '$.artifact_id'), json_extract(m.value, '$.deployment_id'),
+           json_extract(m.value, '$.footprint_mb')
+    FROM devices d, json_each(CASE WHEN json_valid(d.state) THEN d.state ELSE '{}' END, '$.models') m
+    WHERE json_type(m.value, '$.name') = 'text';
+INSERT OR IGNORE INTO device_models(device_id, name, version, kind, backend, artifact_id)
+    SELECT d.id, json_extract(d.state, '$.active.name'), CAST(json_extract(d.state, '$.active.version') AS INTEGER),
+           'model', json_extract(d.state, '$.active.backend'), json_extract(d.state, '$.active.artifact_id')
+    FROM devices d
+    WHERE json_valid(d.state) AND json_type(d.state, '$.active.name') = 'text'
+      AND COALESCE(json_type(d.state, '$.models'), 'null') = 'null';
+"""
+V6_POSTGRES = V6.format(real="DOUBLE PRECISION") + """
+INSERT INTO device_models(device_id, name, version, kind, backend, artifact_id, deployment_id, footprint_mb)
+    SELECT d.id, m->>'name', (m->>'version')::BIGINT, COALESCE(m->>'kind', 'model'), m->>'backend', m->>'artifact_id',
+           m->>'deployment_id', (m->>'footprint_mb')::DOUBLE PRECISION
+    FROM devices d CROSS JOIN LATERAL jsonb_array_elements(
+        CASE WHEN jsonb_typeof(d.state::jsonb->'models') = 'array' THEN d.state::jsonb->'models' ELSE '[]'::jsonb END) m
+    WHERE COALESCE(d.state, '') <> '' AND jsonb_typeof(m->'name') = 'string'
+    ON CONFLICT DO NOTHING;
+INSERT INTO device_models(device_id, name, version, kind, backend, artifact_id)
+    SELECT d.id, d.state::jsonb#>>'{active,name}', (d.state::jsonb#>>'{active,version}')::BIGINT, 'model',
+           d.state::jsonb#>>'{active,backend}', d.state::jsonb#>>'{active,artifact_id}'
+    FROM devices d
+    WHERE COALESCE(d.state, '') <> '' AND jsonb_typeof(d.state::jsonb#>'{active,name}') = 'string'
+      AND COALESCE(jsonb_typeof(d.state::jsonb->'models'), 'null') = 'null'
+    ON CONFLICT DO NOTHING;
+"""
+# Version 7: the time the device claimed for the report each telemetry point and latency figure came from
+# (``Telemetry.ts``), unique per device and model: replicas that each receive every report (a broker without
+# shared subscriptions: NATS) keep one row of it, whichever stores it first. Rows kept before, and figures of
+# reports that claim no time, have none: NULLs are never equal, so those are all kept.
+V7 = """
+ALTER TABLE telemetry_history ADD COLUMN claimed {real};
+ALTER TABLE latency ADD COLUMN claimed {real};
+CREATE UNIQUE INDEX IF NOT EXISTS telemetry_history_once ON telemetry_history(device_id, model, claimed);
+CREATE UNIQUE INDEX IF NOT EXISTS latency_once ON latency(device_id, model, claimed);
+"""
 SQLITE = {"real": "REAL", "id": ""}
 POSTGRES = {"real": "DOUBLE PRECISION", "id": "id BIGSERIAL PRIMARY KEY, "}
 
@@ -128,6 +186,9 @@ MIGRATIONS: tuple[Migration, ...] = (
               V2.format(real="REAL", dedupe=DEDUPE_SQLITE), V2.format(real="DOUBLE PRECISION", dedupe="")),
     Migration(3, "console users, tokens and uploaded packages", V3.format(**SQLITE), V3.format(**POSTGRES)),
     Migration(4, "telemetry history", V4.format(**SQLITE), V4.format(**POSTGRES)),
+    Migration(5, "the engine lease (PostgreSQL)", "", V5_POSTGRES),
+    Migration(6, "what each device serves, one row per model", V6_SQLITE, V6_POSTGRES),
+    Migration(7, "telemetry points and latency figures once per report", V7.format(**SQLITE), V7.format(**POSTGRES)),
 )
 LATEST = MIGRATIONS[-1].version
 

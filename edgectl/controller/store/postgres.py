@@ -1,13 +1,21 @@
 """The store in PostgreSQL: one database for several controller replicas (``postgresql://...``).
 
-psycopg 3, autocommit connections per thread: a batch is an explicit ``BEGIN``/``COMMIT``. Device
-observations (presence, birth, state, telemetry) and events are written at once on a second
-connection, outside any batch: each replica receives them, the writes are idempotent or ordered by
-the device's own time, and a one-statement write holds its row lock for that statement only, so
-replicas never deadlock on each other's batches. A thread that releases the store (an API request
-thread) leaves its connections in a small idle pool for the next thread. Packages are kept in the
-database (every replica reads them) and cached as files under ``packages_dir``. JSON fields of the
-text columns are read with ``column::jsonb #>> '{path}'``.
+psycopg 3, autocommit connections per thread from one bounded pool (``pool.py``): a batch is an
+explicit ``BEGIN``/``COMMIT``. Device observations (presence, birth, state, telemetry, and a
+telemetry report's history point and latency figures) and events are written at once on a second
+connection, outside any batch: each replica receives them, the writes are idempotent (kept once per
+report or event by a unique key) or ordered by the time the controller received them, and a
+one-statement write holds its row lock for that statement only, so replicas never deadlock on each
+other's batches. A thread that releases the store (an API request thread) hands its connections back to
+the pool for the next thread. Packages are kept in the database (every replica reads them) and
+cached as files under ``packages_dir``. JSON fields of the text columns are read with
+``column::jsonb #>> '{path}'``.
+
+Every session asks the server to end it when its peer vanishes or stalls: TCP keepalives and
+``tcp_user_timeout`` on both ends, and ``idle_in_transaction_session_timeout``, so a controller
+frozen or cut off mid-transaction releases its locks within seconds. The driver's errors are
+translated at :meth:`PostgresStore._run`: an unreachable, restarting or read-only server is
+:class:`StoreUnavailable`, and a broken connection is discarded, never reused.
 """
 
 from __future__ import annotations
@@ -17,21 +25,34 @@ import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.errors import ConfigError
-from edgectl.controller.leader import AdvisoryLease
+from edgecore.errors import ConfigError
 from edgectl.controller.store.migrations import MIGRATE_LOCK, migrate
-from edgectl.controller.store.protocol import Retention
-from edgectl.controller.store.sql import IDLE_CONNECTIONS, Batch, SqlStore
+from edgectl.controller.store.pool import ConnectionPool
+from edgectl.controller.store.protocol import ENGINE_LEASE, Fenced, LeaseToken, Retention, StoreUnavailable
+from edgectl.controller.store.sql import Batch, SqlStore
 
-__all__ = ["PostgresStore", "redacted"]
+if TYPE_CHECKING:
+    from edgectl.controller.leader import TableLease
 
-CONNECTIONS = ("db", "observed")  # per thread: batches and reads; observations written at once
+__all__ = ["POOL_SIZE", "SESSION_OPTIONS", "PostgresStore", "redacted"]
+
+POOL_SIZE = 24  # connections one process opens at most (the API's workers hold two each, the controller two)
+POOL_WAIT_S = 5.0  # how long a thread waits for a free connection before the store counts as unavailable
+# Server side: end a session whose client vanished (keepalives), whose sent data stays unacknowledged,
+# or that sits in a transaction without a statement (a frozen controller), within seconds.
+SESSION_OPTIONS = ("-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=2 "
+                   "-c tcp_user_timeout=8000 -c idle_in_transaction_session_timeout=5000")
+# Client side, likewise: a server that vanished fails the next statement within seconds.
+CLIENT_KEEPALIVES: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+                                     "keepalives_count": 2, "tcp_user_timeout": 8000}
 TAG_KEYS = ("SELECT DISTINCT jsonb_object_keys(birth::jsonb -> 'tags') AS key FROM devices "
             "WHERE jsonb_typeof(birth::jsonb -> 'tags') = 'object'")
 LAGS = ("SELECT telemetry_ts - (telemetry::jsonb ->> 'ts')::double precision AS lag FROM devices "
         "WHERE telemetry_ts >= ? AND jsonb_typeof(telemetry::jsonb -> 'ts') = 'number'")
+FENCE = ("SELECT holder, epoch, expires > extract(epoch FROM clock_timestamp()) AS live FROM leases WHERE name=? "
+         "FOR KEY SHARE")
 
 
 @lru_cache(maxsize=256)
@@ -52,82 +73,96 @@ def redacted(url: str) -> str:
     return f"postgresql://{user}{parts.get('host') or ''}{port}/{parts.get('dbname') or ''}"
 
 
+def session_options(url: str, extra: str = "") -> str:
+    """The server options of a session: the URL's own ``options``, then ours."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    own = str(conninfo_to_dict(url).get("options") or "")
+    return " ".join(part for part in (own, SESSION_OPTIONS, extra) if part)
+
+
 class PostgresStore(SqlStore):
     """The store in one PostgreSQL database."""
 
     rowid = "id"
     like = "ILIKE"  # SQLite's LIKE ignores ASCII case; so does the console's search on either engine
 
-    def __init__(self, url: str, packages_dir: Path, retention: Retention | None = None) -> None:
+    def __init__(self, url: str, packages_dir: Path, retention: Retention | None = None, pool_size: int = POOL_SIZE) -> None:
         try:
-            import psycopg  # noqa: F401  (the optional dependency: say how to get it)
+            import psycopg
         except ImportError:
             raise ConfigError("a postgresql:// store needs psycopg: pip install 'edgectl[postgres]'") from None
         super().__init__(retention)
         self.url = url
         self.packages_dir = packages_dir
+        # What the server or the network did, not what this code asked: the store is unavailable.
+        self._unavailable = (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.ReadOnlySqlTransaction,
+                             psycopg.errors.IdleInTransactionSessionTimeout)
+        self._errors = psycopg.Error
         self._local = threading.local()
-        self._connections: list[Any] = []
-        self._idle: dict[str, list[Any]] = {name: [] for name in CONNECTIONS}
-        self._lock = threading.Lock()
+        self._pool = ConnectionPool(self._connect, pool_size, POOL_WAIT_S, self.location())
         with self.batch():
             self._execute("SELECT pg_advisory_xact_lock(?)", (MIGRATE_LOCK,))
             migrate(lambda sql, args: self._all(sql, args), "postgres", self.location())
 
-    def _connect(self, synchronous: bool) -> Any:
+    def _connect(self, kind: str) -> Any:
         import psycopg
         from psycopg.rows import dict_row
 
+        # Observations are re-sent by devices (retained, periodic): losing the last ones in a
+        # database crash costs nothing (the telemetry history a point per device at most), so their
+        # commits do not wait for the disk.
+        extra = "-c synchronous_commit=off" if kind == "observed" else ""
         try:
-            conn = psycopg.connect(self.url, autocommit=True, row_factory=dict_row, connect_timeout=10,
-                                   options="" if synchronous else "-c synchronous_commit=off")
-        except psycopg.OperationalError as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"cannot connect to the PostgreSQL store {self.location()}: {reason}") from None
-        with self._lock:
-            self._connections.append(conn)
-        return conn
+            return psycopg.connect(self.url, autocommit=True, row_factory=dict_row, connect_timeout=5,
+                                   options=session_options(self.url, extra), **CLIENT_KEEPALIVES)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"cannot connect to the PostgreSQL store {self.location()}: {_reason(exc)}") from None
 
     def _db(self, at_once: bool = False) -> Any:
-        name = "observed" if at_once else "db"
-        conn = getattr(self._local, name, None)
-        if conn is None or conn.closed:
-            conn = self._reuse(name)
+        kind = "observed" if at_once else "db"
+        conn = getattr(self._local, kind, None)
+        if conn is not None and (conn.closed or conn.broken):
+            if getattr(self._local, "pinned", None) is conn:  # never carry on a batch on another connection
+                raise StoreUnavailable(f"the connection to the PostgreSQL store {self.location()} broke mid-transaction")
+            self._forget(conn, kind)
+            conn = None
         if conn is None:
-            # Observations are re-sent by devices (retained, periodic): losing the last ones in a
-            # database crash costs nothing, so their commits do not wait for the disk.
-            conn = self._connect(synchronous=not at_once)
-            setattr(self._local, name, conn)
+            conn = self._pool.take(kind)
+            setattr(self._local, kind, conn)
         return conn
 
-    def _reuse(self, name: str) -> Any:
-        with self._lock:
-            while self._idle[name]:
-                conn = self._idle[name].pop()
-                if not conn.closed:
-                    setattr(self._local, name, conn)
-                    return conn
-        return None
+    def _forget(self, conn: Any, kind: str) -> None:
+        if getattr(self._local, kind, None) is conn:
+            setattr(self._local, kind, None)
+        self._pool.discard(conn)
 
     def release(self) -> None:
         from psycopg.pq import TransactionStatus
 
-        for name in CONNECTIONS:
-            conn = getattr(self._local, name, None)
-            if conn is None:
-                continue
-            setattr(self._local, name, None)
-            with self._lock:
-                if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE \
-                        and len(self._idle[name]) < IDLE_CONNECTIONS:
-                    self._idle[name].append(conn)
-                    continue
-                if conn in self._connections:
-                    self._connections.remove(conn)
-            conn.close()
+        for kind in ("db", "observed"):
+            conn = getattr(self._local, kind, None)
+            if conn is not None:
+                setattr(self._local, kind, None)
+                idle = not (conn.closed or conn.broken) and conn.info.transaction_status == TransactionStatus.IDLE
+                self._pool.give(conn, kind, keep=idle)
 
     def _execute(self, sql: str, args: Sequence[Any] = (), at_once: bool = False) -> Any:
-        return self._db(at_once).execute(_pg(sql), tuple(args))
+        kind = "observed" if at_once else "db"
+        return self._run(self._db(at_once), kind, _pg(sql), tuple(args))
+
+    def _run(self, conn: Any, kind: str, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        """One statement on ``conn``; the driver's errors translated (see the module docstring)."""
+        try:
+            return conn.execute(sql, args)
+        except self._errors as exc:
+            broken = conn.closed or conn.broken
+            if broken:
+                self._forget(conn, kind)
+                self._pool.drop_idle()  # opened before the same failure, most likely: none is handed out again
+            if broken or isinstance(exc, self._unavailable):
+                raise StoreUnavailable(f"the PostgreSQL store {self.location()} is unavailable: {_reason(exc)}") from exc
+            raise
 
     def location(self) -> str:
         return redacted(self.url)
@@ -136,15 +171,45 @@ class PostgresStore(SqlStore):
         from psycopg.pq import TransactionStatus
 
         db = self._db()
-        return Batch("BEGIN", db.info.transaction_status != TransactionStatus.IDLE, db.execute)
+        nested = db.info.transaction_status != TransactionStatus.IDLE
+        if not nested:
+            self._local.pinned = db
+
+        def end() -> None:
+            self._local.pinned = None
+            self._local.fenced = False
+
+        return Batch("BEGIN", nested, lambda sql: self._run(db, "db", sql), end)
+
+    def connections(self) -> int:
+        return self._pool.open_count
 
     def close(self) -> None:
-        with self._lock:
-            connections, self._connections = self._connections, []
-            self._idle = {name: [] for name in CONNECTIONS}
-        for conn in connections:
-            conn.close()
+        self._pool.close()
         self._local = threading.local()
+
+    # -- clock, health and fencing ----------------------------------------------------------------
+
+    def now(self) -> float:
+        return float(self._all("SELECT extract(epoch FROM clock_timestamp())::double precision AS now")[0]["now"])
+
+    def ping(self) -> None:
+        # Both of this thread's connections: one kept from before an outage (the server restarted) fails here,
+        # and is replaced, rather than on the first write after the store "answered again".
+        self._execute("SELECT 1", at_once=True)
+        read_only = self._all("SELECT current_setting('transaction_read_only') AS ro")[0]["ro"]
+        if read_only == "on":
+            raise StoreUnavailable(f"the PostgreSQL store {self.location()} is read-only now (it takes no writes)")
+
+    def _check_fence(self, token: LeaseToken) -> None:
+        """The lease row, locked against a take-over until this transaction ends: still ours, and not expired."""
+        if getattr(self._local, "fenced", False):
+            return  # checked already in this transaction, whose lock still holds
+        rows = self._all(FENCE, (ENGINE_LEASE,))
+        if not rows or rows[0]["holder"] != token.holder or rows[0]["epoch"] != token.epoch or not rows[0]["live"]:
+            now = f"epoch {rows[0]['epoch']} held by {rows[0]['holder'] or 'nobody'}" if rows else "no lease"
+            raise Fenced(f"engine lease epoch {token.epoch} is no longer current ({now}): nothing written")
+        self._local.fenced = True
 
     # -- JSON in PostgreSQL -----------------------------------------------------------------------
 
@@ -160,8 +225,10 @@ class PostgresStore(SqlStore):
     def _lags_sql(self) -> str:
         return LAGS
 
-    def lease(self) -> AdvisoryLease:
-        return AdvisoryLease(self.url, self.location())
+    def lease(self) -> TableLease:
+        from edgectl.controller.leader import TableLease  # the leader module reads this store's protocol
+
+        return TableLease(self.url, self.location())
 
     def keep_package(self, variant: str, source: Path) -> Path:
         """In the database (every replica reads it there) and as a file here."""
@@ -186,3 +253,12 @@ class PostgresStore(SqlStore):
             write(partial)
             partial.replace(path)
         return path
+
+
+def _reason(exc: BaseException) -> str:
+    """The server's or libpq's own words (their last line names the cause), never a password."""
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None)  # the server's own words, without
+    if primary:  # the LINE/caret lines psycopg adds after them
+        return str(primary)
+    text = str(exc).strip()
+    return text.splitlines()[-1].strip() if text else type(exc).__name__

@@ -10,32 +10,34 @@ devices at once), :mod:`edgectl.controller.accounts` (users and tokens) and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from edgecore.errors import EdgeError
 from edgectl.controller.accounts import TokenRow, UserRow
 from edgectl.controller.history import TelemetryPoint
 from edgectl.controller.queries import DevicePage, DeviceQuery, UploadedPackage
 from edgectl.controller.records import (
     AuditEntry,
     DeviceEventRow,
-    DeviceRow,
+    DeviceRecord,
     LatencyPoint,
     RolloutDevice,
     RolloutRow,
     RolloutStatus,
 )
 
-__all__ = ["GUARDED", "ConsoleStore", "Lease", "Retention", "Store"]
+__all__ = ["ENGINE_LEASE", "GUARDED", "ConsoleStore", "Fenced", "Lease", "LeaseToken", "Retention", "Store", "StoreUnavailable"]
 
 DAY_S = 86400.0
+ENGINE_LEASE = "engine"  # the lease of the engine leader (PostgreSQL: its row of the ``leases`` table)
 
-# Device fields written only when the device's own timestamp (the key) is not older than the one
-# kept: reports ingested out of order (two controller replicas, a redelivery) never overwrite newer ones.
-# Ingest does not order presence by its time: a last will carries the time its connection began.
+# Device fields written only when the time the controller received them (the key, on the store's
+# clock) is not older than the one kept: reports ingested out of order (two controller replicas, a
+# redelivery) never overwrite newer ones. A device's own claimed time never orders anything.
 GUARDED: dict[str, tuple[str, ...]] = {
     "presence_at": ("online",),
     "birth_at": ("birth",),
@@ -43,6 +45,28 @@ GUARDED: dict[str, tuple[str, ...]] = {
     "telemetry_at": ("telemetry", "telemetry_ts"),
 }
 DEVICE_FIELDS = ("online", "last_seen", "birth", "state", "telemetry", "telemetry_ts", *GUARDED)
+
+
+class StoreUnavailable(EdgeError):
+    """The store cannot be read or written now: down, restarting, read-only, out of disk, or every connection busy.
+
+    Raised in place of the database driver's errors (the boundary is the back-end's ``_execute``).
+    The controller waits with backoff and resumes; the API answers 503; the CLI exits 4, as for an
+    unreachable broker."""
+
+    exit_code = 4
+
+
+class Fenced(EdgeError):
+    """A write of an engine leader whose lease lapsed or passed to another controller: refused by the store."""
+
+
+@dataclass(frozen=True)
+class LeaseToken:
+    """What a held engine lease grants: the holder's name and the fencing number (``epoch``) every leader write carries."""
+
+    holder: str
+    epoch: int
 
 
 @dataclass(frozen=True)
@@ -69,6 +93,9 @@ class Lease(Protocol):
     def check(self) -> bool:
         """Take or keep the lease now; False while another controller holds it or the store is unreachable."""
 
+    def token(self) -> LeaseToken | None:
+        """The lease's token while it is held for certain (by this process's monotonic clock), else None."""
+
     def release(self) -> None: ...
 
 
@@ -83,7 +110,7 @@ class ConsoleStore(Protocol):
     def device_counts(self) -> dict[tuple[str, str], int]:
         """Devices by (target, status online|offline|unknown)."""
     def device_models(self) -> dict[tuple[str, int | None], int]:
-        """Devices by active (model name, version); ("", None) for devices that serve nothing."""
+        """Devices by (model name, version) they serve, a device under each of its models; ("", None): serving nothing."""
     def ingest_lags(self, since: float) -> list[float]:
         """Seconds from each device's last telemetry report (its ``ts``) to the store, for reports since ``since``."""
     def add_user(self, user: UserRow) -> bool:
@@ -118,20 +145,37 @@ class Store(ConsoleStore, Protocol):
         """A readable local file of a kept package (``recorded``: the path the rollout spec names)."""
     def lease(self) -> Lease:
         """A new engine lease on this store (one per controller process)."""
+    def fenced(self, token: Callable[[], LeaseToken | None]) -> Store:
+        """This store (the same connections) whose engine writes (rollouts, rows, claims, requests, audit, latency)
+        apply only while ``token()`` names the lease the store holds as current: others raise :class:`Fenced`."""
+    def now(self) -> float:
+        """The store's clock (seconds since the epoch): one clock for every replica's timers and receive times."""
+    def ping(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the store answers and takes writes now."""
+    def connections(self) -> int:
+        """Connections this process has open to the store now (on PostgreSQL at most the pool's size)."""
     def close(self) -> None: ...
     def release(self) -> None:
         """This thread is done with the store for now (an API request thread ends): its connections go to an
         idle pool that the next thread takes from, so short-lived threads do not each keep one open."""
     # -- devices ------------------------------------------------------------------------------
     def upsert_device(self, device_id: str, **fields: Any) -> None:
-        """Set device fields; a ``*_at`` key of :data:`GUARDED` makes its fields apply only if not older."""
-    def devices(self) -> list[DeviceRow]: ...
-    def device(self, device_id: str) -> DeviceRow | None: ...
-    def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float) -> None: ...
+        """Set device fields (``birth``, ``state``, ``telemetry``: the device's typed reports); a ``*_at`` key of
+        :data:`GUARDED` makes its fields apply only if not older."""
+    def devices(self) -> list[DeviceRecord]: ...
+    def device(self, device_id: str) -> DeviceRecord | None: ...
+    def telemetry_summary(self) -> tuple[int, float | None]:
+        """(devices online, when the newest telemetry report was stored): is any replica receiving telemetry."""
+    def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float,
+                    claimed: float | None = None) -> bool:
+        """Keep a p95 figure; ``claimed``: the device's own time of the telemetry report it came from, which keeps
+        it once per report and model (False: kept already, by another replica). None: kept every time."""
     def latency(self, device_id: str, model: str | None = None, version: int | None = None,
                 since: float = 0.0, limit: int = 500) -> list[LatencyPoint]: ...
-    def add_telemetry(self, point: TelemetryPoint) -> None:
-        """Keep one point of a device's telemetry history (within :class:`Retention`)."""
+    def add_telemetry(self, point: TelemetryPoint, claimed: float | None = None) -> bool:
+        """Keep one point of a device's telemetry history (within :class:`Retention`); True when added. ``claimed``:
+        the device's own time of the report, which keeps a point once per report (device, claimed time, model):
+        False when another replica kept it already. A report that claims no time is kept every time."""
     def telemetry_history(self, device_id: str, since: float = 0.0, limit: int = 500) -> list[TelemetryPoint]:
         """The newest ``limit`` points since ``since``, oldest first."""
     def add_event(self, device_id: str, ts: float, deployment_id: str, state: str, status: str, detail: str,

@@ -1,26 +1,31 @@
 """The queries both back-ends share: written once with ``?`` placeholders and standard upserts.
 
-A back-end supplies :meth:`SqlStore._execute` (``at_once``: device observations and events, which
-PostgreSQL writes at once on a second connection so that replicas never wait on each other's
-batches), its row id column, ``batch``, ``close``, ``release``, ``lease``, where packages are kept and the
-JSON hooks of the console's queries (``console.py``).
+A back-end supplies :meth:`SqlStore._execute` (``at_once``: device observations, events and the
+history points and latency figures of telemetry reports, which PostgreSQL writes at once on a second
+connection so that replicas never wait on each other's batches), its row id column, ``batch``,
+``close``, ``release``, ``lease``, where packages are kept and the JSON hooks of the console's
+queries (``console.py``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
+from edgecore.protocol.reports import Birth, DeviceState, Telemetry
 from edgectl.controller.history import TelemetryPoint
 from edgectl.controller.records import (
     AuditEntry,
     DeviceEventRow,
-    DeviceRow,
+    DeviceRecord,
     DeviceStatus,
     LatencyPoint,
     ModelRef,
@@ -31,15 +36,21 @@ from edgectl.controller.records import (
     RolloutStatus,
 )
 from edgectl.controller.store.console import ConsoleSql
-from edgectl.controller.store.protocol import DEVICE_FIELDS, GUARDED, Retention
+from edgectl.controller.store.protocol import DEVICE_FIELDS, GUARDED, Fenced, LeaseToken, Retention
+from edgectl.controller.store.served import ServedSql
 from edgectl.json_text import dumps
 
-__all__ = ["IDLE_CONNECTIONS", "SqlStore"]
+__all__ = ["IDLE_CONNECTIONS", "Batch", "SqlStore"]
+
+log = logging.getLogger(__name__)
 
 IDLE_CONNECTIONS = 8  # released connections kept for the next thread (per kind)
 HISTORY_COLUMNS = ("device_id", "ts", "model", "version", "p50_ms", "p95_ms", "cpu_percent", "memory_percent", "requests",
                    "rate_rps")
-ADD_HISTORY = f"INSERT INTO telemetry_history({', '.join(HISTORY_COLUMNS)}) VALUES ({', '.join('?' * len(HISTORY_COLUMNS))})"
+# Once per report (device, claimed time, model: the unique index of migration 7): a copy is ignored.
+ADD_HISTORY = (f"INSERT INTO telemetry_history({', '.join(HISTORY_COLUMNS)}, claimed) "
+               f"VALUES ({', '.join('?' * (len(HISTORY_COLUMNS) + 1))}) ON CONFLICT DO NOTHING")
+LATENCY_COLUMNS = "device_id, ts, model, version, p95_ms, source, claimed"
 
 ROLLOUT_COLUMNS = ("id", "created", "status", "spec", "wave", "phase", "phase_since", "reason", "updated")
 ROW_COLUMNS = ("rollout_id", "device_id", "wave", "variant", "status", "state", "detail", "data", "desired", "previous",
@@ -53,21 +64,28 @@ def _upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
             f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {updates}")
 
 
-class SqlStore(ConsoleSql):
+class SqlStore(ConsoleSql, ServedSql):
     """Everything but connections; subclasses set ``rowid`` and implement the hooks below."""
 
     rowid = "rowid"
+    fence_in_transaction = True  # the fence is checked in the database, in the write's own transaction
+    # The engine lease's token while this is a fenced view (``fenced()``): engine writes check it.
+    _fence: Callable[[], LeaseToken | None] | None = None
 
     def __init__(self, retention: Retention | None) -> None:
         self.retention = retention or Retention()
-        self._touched: set[str] = set()
-        self._touched_lock = threading.Lock()
-        self._prune_at = time.monotonic() + self.retention.every_s
+        self._pruning = _Pruning(time.monotonic() + self.retention.every_s)  # one object: fenced views share it
 
     # -- hooks ------------------------------------------------------------------------------------
 
     def _execute(self, sql: str, args: Sequence[Any] = (), at_once: bool = False) -> Any:
-        """Run one statement (``?`` placeholders); return the cursor. ``at_once``: outside any batch."""
+        """Run one statement (``?`` placeholders); return the cursor. ``at_once``: outside any batch.
+
+        Raises :class:`StoreUnavailable` where the database cannot answer (the driver's error translated)."""
+        raise NotImplementedError
+
+    def _check_fence(self, token: LeaseToken) -> None:
+        """In the current transaction: raise :class:`Fenced` unless the store holds ``token`` as the current lease."""
         raise NotImplementedError
 
     def batch(self) -> AbstractContextManager[None]:
@@ -80,13 +98,35 @@ class SqlStore(ConsoleSql):
         cursor = self._execute(sql, args)
         return list(cursor.fetchall()) if cursor.description is not None else []
 
+    # -- fencing ----------------------------------------------------------------------------------
+
+    def fenced(self, token: Callable[[], LeaseToken | None]) -> Self:
+        """A view on the same connections whose engine writes (:meth:`_engine_write`) carry ``token()``."""
+        view = copy.copy(self)
+        view._fence = token
+        return view
+
+    def _engine_write(self, sql: str, args: Sequence[Any]) -> Any:
+        """A write only the engine leader makes: in a fenced view, one transaction with the store's check of the lease."""
+        if self._fence is None:
+            return self._execute(sql, args)
+        token = self._fence()
+        if token is None:
+            raise Fenced("this controller does not hold the engine lease now: nothing written")
+        if not self.fence_in_transaction:
+            self._check_fence(token)
+            return self._execute(sql, args)
+        with self.batch():
+            self._check_fence(token)
+            return self._execute(sql, args)
+
     # -- devices ----------------------------------------------------------------------------------
 
     def upsert_device(self, device_id: str, **fields: Any) -> None:
         unknown = set(fields) - set(DEVICE_FIELDS)
         if unknown:
             raise ValueError(f"unknown device field {sorted(unknown)[0]}")
-        values = {k: dumps(v) if isinstance(v, dict) else v for k, v in fields.items()}
+        values = {k: dumps(v.to_json()) if isinstance(v, (Birth, DeviceState, Telemetry)) else v for k, v in fields.items()}
         self._execute("INSERT INTO devices(id) VALUES (?) ON CONFLICT(id) DO NOTHING", (device_id,), at_once=True)
         plain = dict(values)
         for guard, columns in GUARDED.items():
@@ -100,26 +140,37 @@ class SqlStore(ConsoleSql):
         if plain:
             sets = ", ".join(f"{c}=?" for c in plain)
             self._execute(f"UPDATE devices SET {sets} WHERE id=?", (*plain.values(), device_id), at_once=True)
+        if isinstance(fields.get("state"), DeviceState):  # what it serves, one row a model (store/served.py)
+            self._index_models(device_id, fields["state"], fields.get("state_at"))
 
-    def devices(self) -> list[DeviceRow]:
+    def devices(self) -> list[DeviceRecord]:
         return [self._device(r) for r in self._all("SELECT * FROM devices ORDER BY id")]
 
-    def device(self, device_id: str) -> DeviceRow | None:
+    def device(self, device_id: str) -> DeviceRecord | None:
         rows = self._all("SELECT * FROM devices WHERE id=?", (device_id,))
         return self._device(rows[0]) if rows else None
 
-    @staticmethod
-    def _device(r: Any) -> DeviceRow:
-        return DeviceRow(
-            r["id"], None if r["online"] is None else bool(r["online"]), r["last_seen"],
-            json.loads(r["birth"] or "{}"), json.loads(r["state"] or "{}"),
-            json.loads(r["telemetry"] or "{}"), r["telemetry_ts"],
-        )
+    def telemetry_summary(self) -> tuple[int, float | None]:
+        row = self._all("SELECT SUM(CASE WHEN online=1 THEN 1 ELSE 0 END) AS online, MAX(telemetry_ts) AS newest FROM devices")[0]
+        return int(row["online"] or 0), None if row["newest"] is None else float(row["newest"])
 
-    def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float) -> None:
-        self._execute("INSERT INTO latency(device_id, ts, model, version, p95_ms, source) VALUES (?,?,?,?,?,?)",
-                      (device_id, ts, model, version, p95_ms, source))
-        self._written(device_id)
+    @staticmethod
+    def _device(r: Any) -> DeviceRecord:
+        return DeviceRecord.from_columns(r["id"], r["online"], r["last_seen"], r["birth"], r["state"], r["telemetry"],
+                                         r["telemetry_ts"])
+
+    def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float,
+                    claimed: float | None = None) -> bool:
+        args = (device_id, ts, model, version, p95_ms, source, claimed)
+        if claimed is None:  # the engine's own figure (a health check), or a report that claims no time: kept each time
+            self._engine_write(f"INSERT INTO latency({LATENCY_COLUMNS}) VALUES (?,?,?,?,?,?,?)", args)
+            added = True
+        else:  # a device's report, which every replica may have received: once, written at once (see add_telemetry)
+            added = bool(self._execute(f"INSERT INTO latency({LATENCY_COLUMNS}) VALUES (?,?,?,?,?,?,?) "
+                                       "ON CONFLICT DO NOTHING", args, at_once=True).rowcount == 1)
+        if added:
+            self._written(device_id)
+        return added
 
     def latency(self, device_id: str, model: str | None = None, version: int | None = None,
                 since: float = 0.0, limit: int = 500) -> list[LatencyPoint]:
@@ -134,9 +185,15 @@ class SqlStore(ConsoleSql):
 
     # -- telemetry history --------------------------------------------------------------------------
 
-    def add_telemetry(self, point: TelemetryPoint) -> None:
-        self._execute(ADD_HISTORY, tuple(getattr(point, c) for c in HISTORY_COLUMNS))
-        self._written(point.device_id)
+    def add_telemetry(self, point: TelemetryPoint, claimed: float | None = None) -> bool:
+        """Written at once, outside the caller's batch, as the device's other observations are: two replicas that
+        received the same report insert the same key, and in their batches one would wait for the other's to end
+        (or both deadlock, each holding a key the other inserts next)."""
+        added = bool(self._execute(ADD_HISTORY, (*(getattr(point, c) for c in HISTORY_COLUMNS), claimed),
+                                   at_once=True).rowcount == 1)
+        if added:
+            self._written(point.device_id)
+        return added
 
     def telemetry_history(self, device_id: str, since: float = 0.0, limit: int = 500) -> list[TelemetryPoint]:
         rows = self._all(f"SELECT * FROM telemetry_history WHERE device_id=? AND ts>=? ORDER BY ts DESC, {self.rowid} DESC "
@@ -153,8 +210,8 @@ class SqlStore(ConsoleSql):
         self._written(device_id)
 
     def claim_event(self, event: DeviceEventRow) -> bool:
-        cursor = self._execute(f"UPDATE events SET claimed=1 WHERE {EVENT_KEY} AND claimed=0",
-                               (event.device_id, event.ts, event.deployment_id, event.state, event.status))
+        cursor = self._engine_write(f"UPDATE events SET claimed=1 WHERE {EVENT_KEY} AND claimed=0",
+                                    (event.device_id, event.ts, event.deployment_id, event.state, event.status))
         return bool(cursor.rowcount == 1)
 
     def unclaimed_events(self, limit: int = 1000) -> list[DeviceEventRow]:
@@ -174,16 +231,18 @@ class SqlStore(ConsoleSql):
     # -- retention --------------------------------------------------------------------------------
 
     def _written(self, device_id: str) -> None:
-        with self._touched_lock:
-            self._touched.add(device_id)
-            due = time.monotonic() >= self._prune_at
+        with self._pruning.lock:
+            self._pruning.touched.add(device_id)
+            due = time.monotonic() >= self._pruning.due
         if due:
             self._prune(self._take_touched(), time.time())
 
     def _take_touched(self) -> set[str]:
-        with self._touched_lock:
-            touched, self._touched = self._touched, set()
-            self._prune_at = time.monotonic() + self.retention.every_s
+        pruning = self._pruning
+        with pruning.lock:
+            touched = set(pruning.touched)
+            pruning.touched.clear()
+            pruning.due = time.monotonic() + self.retention.every_s
         return touched
 
     def prune(self, now: float | None = None) -> int:
@@ -221,9 +280,9 @@ class SqlStore(ConsoleSql):
 
     def save_rollout(self, rollout: RolloutRow) -> None:
         rollout.updated = time.time()
-        self._execute(_upsert("rollouts", ROLLOUT_COLUMNS, ("id",)),
-                      (rollout.id, rollout.created, rollout.status.value, dumps(rollout.spec.to_dict()), rollout.wave,
-                       rollout.phase.value, rollout.phase_since, rollout.reason, rollout.updated))
+        self._engine_write(_upsert("rollouts", ROLLOUT_COLUMNS, ("id",)),
+                           (rollout.id, rollout.created, rollout.status.value, dumps(rollout.spec.to_dict()), rollout.wave,
+                            rollout.phase.value, rollout.phase_since, rollout.reason, rollout.updated))
 
     def rollout(self, rollout_id: str) -> RolloutRow | None:
         rows = self._all("SELECT * FROM rollouts WHERE id=?", (rollout_id,))
@@ -259,15 +318,15 @@ class SqlStore(ConsoleSql):
 
     def save_rollout_device(self, row: RolloutDevice) -> None:
         row.updated = time.time()
-        self._execute(_upsert("rollout_devices", ROW_COLUMNS, ("rollout_id", "device_id")),
-                      (row.rollout_id, row.device_id, row.wave, row.variant, row.status.value, row.state, row.detail,
-                       dumps(row.data), row.desired, dumps(row.previous.to_dict()), row.installed_at, row.updated))
+        self._engine_write(_upsert("rollout_devices", ROW_COLUMNS, ("rollout_id", "device_id")),
+                           (row.rollout_id, row.device_id, row.wave, row.variant, row.status.value, row.state, row.detail,
+                            dumps(row.data), row.desired, dumps(row.previous.to_dict()), row.installed_at, row.updated))
 
     # -- audit and requests -----------------------------------------------------------------------
 
     def audit(self, action: str, detail: str = "", rollout_id: str = "", device_id: str = "", actor: str = "controller") -> None:
-        self._execute("INSERT INTO audit(ts, actor, rollout_id, device_id, action, detail) VALUES (?,?,?,?,?,?)",
-                      (time.time(), actor, rollout_id, device_id, action, detail))
+        self._engine_write("INSERT INTO audit(ts, actor, rollout_id, device_id, action, detail) VALUES (?,?,?,?,?,?)",
+                           (time.time(), actor, rollout_id, device_id, action, detail))
 
     def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[AuditEntry]:
         sql = "SELECT * FROM audit WHERE 1=1"
@@ -288,20 +347,44 @@ class SqlStore(ConsoleSql):
         with self.batch():
             rows = self._all("SELECT id, rollout_id, action FROM requests WHERE done=0 ORDER BY id")
             for r in rows:
-                self._execute("UPDATE requests SET done=1 WHERE id=?", (r["id"],))
+                self._engine_write("UPDATE requests SET done=1 WHERE id=?", (r["id"],))
         return [(r["rollout_id"], r["action"]) for r in rows]
 
 
-class Batch(AbstractContextManager[None]):
-    """One transaction around a ``with`` block; a nested batch joins the outer one."""
+@dataclass
+class _Pruning:
+    """Devices written since the last pruning, and when the next one is due."""
 
-    def __init__(self, begin: str, in_transaction: bool, execute: Any) -> None:
-        self.begin, self.outer, self.execute = begin, not in_transaction, execute
+    due: float
+    touched: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Batch(AbstractContextManager[None]):
+    """One transaction around a ``with`` block; a nested batch joins the outer one.
+
+    ``execute`` runs BEGIN, COMMIT and ROLLBACK (translating the driver's errors); ``on_end`` runs
+    when the outer transaction ends either way. A ROLLBACK that fails because the connection broke
+    is logged, never raised over the error that caused it."""
+
+    def __init__(self, begin: str, in_transaction: bool, execute: Callable[[str], Any],
+                 on_end: Callable[[], None] = lambda: None) -> None:
+        self.begin, self.outer, self.execute, self.on_end = begin, not in_transaction, execute, on_end
 
     def __enter__(self) -> None:
         if self.outer:
             self.execute(self.begin)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self.outer:
-            self.execute("ROLLBACK" if exc_type else "COMMIT")
+        if not self.outer:
+            return
+        try:
+            if exc_type is None:
+                self.execute("COMMIT")
+                return
+            try:
+                self.execute("ROLLBACK")
+            except Exception as failed:  # the connection that failed the block often cannot roll back either
+                log.debug("ROLLBACK after %s failed too: %s", exc_type.__name__, failed)
+        finally:
+            self.on_end()

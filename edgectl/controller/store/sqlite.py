@@ -3,7 +3,12 @@
 WAL mode lets ``edgectl deploy`` / ``rollout pause`` read and write while ``edgectl controller run``
 runs; one connection per thread (a released one waits in a small idle pool for the next thread). A
 second controller on the same file is refused: the engine lease is an exclusive lock on
-``<file>.controller.lock`` (replicas need PostgreSQL).
+``<file>.controller.lock`` (replicas need PostgreSQL), which is also the fence: no other process
+can lead, so fenced writes need no check in the file. The clock is this machine's.
+
+SQLite's errors that say the file cannot be written now (full disk, I/O error, read-only, locked
+past the timeout, cannot be opened) are :class:`StoreUnavailable`; the controller retries them, and
+counts the store back only once :meth:`SqliteStore.ping` commits a write (on a full disk reads still answer).
 """
 
 from __future__ import annotations
@@ -11,14 +16,17 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from edgectl.controller.leader import FileLease
 from edgectl.controller.store.migrations import migrate
-from edgectl.controller.store.protocol import Retention
+from edgectl.controller.store.protocol import LeaseToken, Retention, StoreUnavailable
 from edgectl.controller.store.sql import IDLE_CONNECTIONS, Batch, SqlStore
+
+if TYPE_CHECKING:
+    from edgectl.controller.leader import FileLease
 
 __all__ = ["SqliteStore"]
 
@@ -26,10 +34,15 @@ TAG_KEYS = ("SELECT DISTINCT j.key AS key FROM devices, json_each(devices.birth,
             "WHERE json_type(devices.birth, '$.tags') = 'object'")
 LAGS = ("SELECT telemetry_ts - json_extract(telemetry, '$.ts') AS lag FROM devices "
         "WHERE telemetry_ts >= ? AND json_type(telemetry, '$.ts') IN ('real', 'integer')")
+# Primary result codes meaning the file cannot be used now (sqlite3.h): busy, locked, out of memory,
+# read-only, I/O error, disk full, cannot open, lock protocol.
+UNAVAILABLE = {5, 6, 7, 8, 10, 13, 14, 15}
 
 
 class SqliteStore(SqlStore):
     """The store in one SQLite file; one connection per thread, WAL for concurrent readers."""
+
+    fence_in_transaction = False
 
     def __init__(self, path: Path, retention: Retention | None = None) -> None:
         super().__init__(retention)
@@ -48,13 +61,20 @@ class SqliteStore(SqlStore):
             with self._lock:
                 db = self._idle.pop() if self._idle else None
             if db is None:
-                db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")
-                db.row_factory = sqlite3.Row
+                db = self._open()
                 with self._lock:
                     self._connections.append(db)
             self._local.db = db
+        return db
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.OperationalError as exc:
+            raise self._failed(exc) from exc
+        db.row_factory = sqlite3.Row
         return db
 
     def release(self) -> None:
@@ -70,14 +90,42 @@ class SqliteStore(SqlStore):
         db.close()
 
     def _execute(self, sql: str, args: Sequence[Any] = (), at_once: bool = False) -> Any:
-        return self._db().execute(sql, tuple(args))
+        return self._run(self._db(), sql, tuple(args))
+
+    def _run(self, db: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        try:
+            return db.execute(sql, args)
+        except sqlite3.OperationalError as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: sqlite3.OperationalError) -> Exception:
+        """StoreUnavailable for a file that cannot be used now; the error itself for a query this code got wrong."""
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in UNAVAILABLE:
+            return StoreUnavailable(f"the SQLite store {self.path} is unavailable: {exc}")
+        return exc
 
     def location(self) -> str:
         return str(self.path)
 
     def batch(self) -> Batch:
         db = self._db()
-        return Batch("BEGIN IMMEDIATE", db.in_transaction, db.execute)
+        return Batch("BEGIN IMMEDIATE", db.in_transaction, lambda sql: self._run(db, sql))
+
+    def now(self) -> float:
+        return time.time()
+
+    def ping(self) -> None:
+        """A write that needs room: a full disk answers reads (``SELECT 1``) and refuses every commit."""
+        with self.batch():
+            version = int(self._all("PRAGMA user_version")[0][0])
+            self._execute(f"PRAGMA user_version = {version}")  # unchanged, yet its page is written at the commit
+
+    def _check_fence(self, token: LeaseToken) -> None:
+        """The file lock is the fence: while this process holds a token, no other controller can run here."""
+
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._connections)
 
     def close(self) -> None:
         with self._lock:
@@ -101,6 +149,8 @@ class SqliteStore(SqlStore):
         return LAGS
 
     def lease(self) -> FileLease:
+        from edgectl.controller.leader import FileLease  # the leader module reads this store's protocol
+
         return FileLease(self.path)
 
     def keep_package(self, variant: str, source: Path) -> Path:
