@@ -88,14 +88,18 @@ class EdgectlConfig:
     api: ApiSettings = field(default_factory=ApiSettings)
 
 
+# edgectl's environment variables that are not configuration keys: they select the config file, the broker, the home
+# directory, the PKI directory and extra target-profile directories. Read as keys they failed every command (exit 2).
+_NOT_SETTINGS = frozenset({"EDGECTL_CONFIG", "EDGECTL_BROKER", "EDGECTL_HOME", "EDGECTL_PKI", "EDGECTL_TARGETS_PATH"})
+
+
 def load_edgectl_config(path: Path | None) -> EdgectlConfig:
     """The given file, else the first of ./edgectl.yaml and ~/.config/edgectl/edgectl.yaml, else defaults."""
     if path is None:
         path = next((p for p in SEARCH if p.is_file()), None)
     if path is not None:  # relative paths inside are relative to the file: make them absolute
         path = path.absolute()
-    # These three select the file, broker and home directory; they are not config keys.
-    environ = {k: v for k, v in os.environ.items() if k not in ("EDGECTL_CONFIG", "EDGECTL_BROKER", "EDGECTL_HOME")}
+    environ = {k: v for k, v in os.environ.items() if k not in _NOT_SETTINGS}
     config = load_settings(EdgectlConfig, path, "EDGECTL_", environ=environ)
     return _absolute_store(config, path.parent if path is not None else Path.cwd())
 

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 KILLED = ("killed", "timeout")
 # Property tests run this many examples per mutant (a fixed seed, so every run plants and judges alike); the
-# suite runs more. EDGECTL_FUZZ_EXAMPLES set by the caller wins.
+# suite runs more. EDGE_FUZZ_EXAMPLES set by the caller wins.
 FUZZ_EXAMPLES = "25"
 IGNORED = (".git", ".venv", "__pycache__", "*.egg-info", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis",
            ".mutation-child.log")
@@ -114,7 +114,7 @@ class Worker:
 
     def __init__(self, tree: Path) -> None:
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0",
-               "PYTHONPATH": str(tree), "EDGECTL_FUZZ_EXAMPLES": os.environ.get("EDGECTL_FUZZ_EXAMPLES", FUZZ_EXAMPLES)}
+               "PYTHONPATH": str(tree), "EDGE_FUZZ_EXAMPLES": os.environ.get("EDGE_FUZZ_EXAMPLES", FUZZ_EXAMPLES)}
         self.process = subprocess.Popen([sys.executable, str(HERE / "mutation_worker.py")], cwd=tree, text=True,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         ready = self._read()

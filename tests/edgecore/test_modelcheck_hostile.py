@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 from edgecore.errors import ModelError
 from tests.edgecore.test_modelcheck import LOADERS, _external, _model, _write
 
-EXAMPLES = int(os.environ.get("EDGECTL_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("EDGE_FUZZ_EXAMPLES", "150"))
 
 
 def _loop(d: Path) -> Path:

@@ -11,7 +11,7 @@ from agent.isolation import NICE_ENV
 from edgecore.compiled_cache import ENV
 from edgecore.errors import ConfigError
 from edgecore.settings import load_settings
-from edgectl.config import EdgectlConfig
+from edgectl.config import EdgectlConfig, load_edgectl_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,3 +70,17 @@ def test_what_the_agent_passes_its_children_in_the_environment_is_not_read_as_co
         monkeypatch.setenv(name, str(tmp_path))
     cfg = load_agent_config(None, {"device_id": "a", "broker": "mqtt://127.0.0.1:1883", "trust.packages": str(key)})
     assert cfg.device_id == "a"
+
+
+def test_edgectl_variables_that_select_files_are_not_read_as_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EDGECTL_PKI and EDGECTL_TARGETS_PATH are documented for the CLI; read as keys they failed every command."""
+    for name in ("EDGECTL_CONFIG", "EDGECTL_BROKER", "EDGECTL_HOME", "EDGECTL_PKI", "EDGECTL_TARGETS_PATH"):
+        monkeypatch.setenv(name, str(tmp_path))
+    file = tmp_path / "edgectl.yaml"
+    file.write_text("deploy:\n  timeout_s: 5\n")
+    monkeypatch.setenv("EDGECTL_DEPLOY__TIMEOUT_S", "12")
+    assert load_edgectl_config(file).deploy.timeout_s == 12
+    monkeypatch.setenv("EDGECTL_PKY", "x")  # a misspelt key is still an error
+    with pytest.raises(ConfigError, match="unknown key pky"):
+        load_edgectl_config(file)

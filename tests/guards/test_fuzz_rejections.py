@@ -5,7 +5,7 @@ has an oracle: a tampered signed envelope always raises VerificationError; a con
 with one field of the wrong type, range or shape always raises ProtocolError naming that field;
 the address, sequence and expiry checks refuse exactly the messages the rules refuse; a manifest
 that breaks one rule always raises ProtocolError; the ledger and the key rotations never go back.
-Bounded (a few seconds); ``EDGECTL_FUZZ_EXAMPLES`` raises the count as in the other fuzz tests.
+Bounded (a few seconds); ``EDGE_FUZZ_EXAMPLES`` raises the count as in the other fuzz tests.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from edgecore.protocol.ledger import Ledger
 from edgecore.protocol.manifest import FileEntry, Manifest, PayloadInfo, TargetInfo
 from edgecore.protocol.messages import Command, DesiredState, check_addressed
 
-EXAMPLES = int(os.environ.get("EDGECTL_FUZZ_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("EDGE_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 KEY, STRANGER = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
 TRUSTED = TrustedKeys([KEY.public_key()])

@@ -1,7 +1,7 @@
 """Property-based fuzzing (hypothesis) of everything that parses bytes from the network or a package.
 
-Bounded by default (a few seconds per test). For a longer run set EDGECTL_FUZZ_EXAMPLES, e.g.
-``EDGECTL_FUZZ_EXAMPLES=20000 .venv/bin/pytest tests/security/test_fuzz.py``.
+Bounded by default (a few seconds per test). For a longer run set EDGE_FUZZ_EXAMPLES, e.g.
+``EDGE_FUZZ_EXAMPLES=20000 .venv/bin/pytest tests/security/test_fuzz.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from edgecore.protocol.messages import Command, DesiredState
 from edgecore.protocol.package import extract_payload, open_package
 from edgecore.protocol.reports import ChunkRequest, DeviceEvent, Presence
 
-EXAMPLES = int(os.environ.get("EDGECTL_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("EDGE_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 EXPECTED = (ProtocolError, VerificationError)
 
