@@ -47,7 +47,7 @@ def any_broker(request: pytest.FixtureRequest) -> BrokerProcess:
 def _home(tmp_path: Path, broker: BrokerProcess) -> EdgectlHome:
     home = EdgectlHome(tmp_path / "edgectl-home", broker.url)
     home.path.mkdir()
-    home.edgectl("keys", "init", check=True)
+    home.init_keys()
     return home
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from edgectl.keys import ROLES, Keyring
 from tests.brokers import free_port
 from tests.checkout import checkout_env
 
@@ -49,10 +50,18 @@ class EdgectlHome:
             raise AssertionError(f"edgectl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
         return proc
 
+    def init_keys(self) -> None:
+        """What `edgectl keys init` does, in this process (a CLI run per test cost more CPU than most tests; the
+        command itself is run by the docs' tests)."""
+        ring = Keyring(self.path / "keys")
+        for role in ROLES:
+            ring.init(role)
+
     def public_key(self, role: str) -> Path:
+        """The role's public key as `edgectl keys export ROLE -o` writes it (in this process, as init_keys)."""
         out = self.path / f"{role}.pub.pem"
         if not out.exists():
-            self.edgectl("keys", "export", role, "-o", str(out), check=True)
+            out.write_text(Keyring(self.path / "keys").public_pem(role, None))
         return out
 
 

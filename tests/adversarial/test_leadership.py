@@ -42,6 +42,7 @@ from edgectl.controller.store import SqliteStore, open_url
 from edgectl.controller.store.protocol import Fenced, LeaseToken
 from edgectl.keys import Keyring
 from tests.adversarial.netns import Netns, NetnsUnavailable, netns, unavailable
+from tests.control.conftest import ControllerProcess
 from tests.fleet import wait_for
 from tests.guards.rollout_bench import Recorder
 from tests.postgres import PostgresCluster, start_cluster
@@ -59,6 +60,47 @@ def done_audited(replicas: Replicas, rollout_id: str) -> None:
              f"rollout {rollout_id}'s end in the audit log")
 
 
+@dataclass(frozen=True)
+class Finished:
+    """What the standby left once it finished the rollout: the rows, the audit and how much went over the wire."""
+
+    rows: list[tuple[str, D, bytes | None]]
+    audit: list[tuple[int, str]]
+    seen: int
+
+
+def standby_finishes(replicas: Replicas, standby: ControllerProcess, rid: str, since: float, what: str) -> Finished:
+    """The standby leads within TAKE_OVER_S of ``since`` (the leader's loss, ``what``) and finishes the rollout."""
+    took_over = wait_for(lambda: replicas.leading(standby), 30, "the standby to lead")
+    print(f"take-over {took_over.ts - since:.2f}s after {what}")
+    assert took_over.ts - since < TAKE_OVER_S
+    assert ended(replicas, rid, 60) is S.DONE  # the standby finished the bake and the second wave
+    done_audited(replicas, rid)
+    return Finished([(r.device_id, r.status, r.desired) for r in replicas.rows(rid)],
+                    [(a.id, a.action) for a in replicas.store().audit_log(rid)], len(replicas.wire.messages))
+
+
+def deposed_acts_no_more(replicas: Replicas, leader: ControllerProcess, rid: str, finished: Finished, back_at: float,
+                         found_s: float) -> None:
+    """The old leader, back since ``back_at``, finds its lease gone within ``found_s``, stays up, and changes nothing."""
+    log = replicas.home.path.parent / "controller-a.log"
+    wait_for(lambda: "passed to another controller" in log.read_text(errors="replace"), found_s,
+             "the old leader, back, to find its lease gone")
+    print(f"the deposed leader found its lease gone {time.time() - back_at:.2f}s after it came back")
+    time.sleep(3 * TICK_S)  # a few of its ticks, back: it must do nothing in them
+
+    assert leader.process is not None and leader.process.poll() is None, "the deposed leader died"
+    assert [a.detail for a in replicas.audit("controller leading")].count(f"pid {pid(leader)}") == 1, "it took the lease back"
+    assert [(r.device_id, r.status, r.desired) for r in replicas.rows(rid)] == finished.rows, "the rollout's rows changed"
+    new = [(a.action, round(a.ts - back_at, 2)) for a in replicas.store().audit_log(rid)
+           if (a.id, a.action) not in finished.audit]
+    assert not new, f"the rollout's audit changed (action, seconds after it came back): {new}"
+    late = [topic for ts, topic in replicas.publishers().get(pid(leader), []) if ts >= int(back_at)]
+    assert not late, f"the deposed leader published {late[:3]}"
+    after = [topic for topic, _payload, _retain in replicas.wire.messages[finished.seen:]]
+    assert not [t for t in after if t.endswith(("/desired", "/commands"))], after[:3]
+
+
 @pytest.mark.slow
 def test_sigstop_the_leader_the_standby_leads_and_the_woken_one_acts_no_more(replicas: Replicas) -> None:
     replicas.agents(4)
@@ -71,31 +113,11 @@ def test_sigstop_the_leader_the_standby_leads_and_the_woken_one_acts_no_more(rep
     stopped_at = time.time()
     os.kill(pid(leader), signal.SIGSTOP)  # frozen: its kernel still answers TCP keepalives, its sessions stay up
     try:
-        took_over = wait_for(lambda: replicas.leading(standby), 30, "the standby to lead")
-        print(f"take-over {took_over.ts - stopped_at:.2f}s after SIGSTOP")
-        assert took_over.ts - stopped_at < TAKE_OVER_S
-        assert ended(replicas, rid, 60) is S.DONE  # the standby finished the bake and the second wave
-        done_audited(replicas, rid)
-        rows = [(r.device_id, r.status, r.desired) for r in replicas.rows(rid)]
-        audit = [(a.id, a.action) for a in replicas.store().audit_log(rid)]
-        seen = len(replicas.wire.messages)
+        finished = standby_finishes(replicas, standby, rid, stopped_at, "SIGSTOP")
     finally:
         woken_at = time.time()
         os.kill(pid(leader), signal.SIGCONT)
-
-    log = replicas.home.path.parent / "controller-a.log"
-    wait_for(lambda: "passed to another controller" in log.read_text(errors="replace"), 15,
-             "the woken leader to find its lease gone")
-    time.sleep(3 * TICK_S)  # a few of its ticks, awake: it must do nothing in them
-
-    assert leader.process is not None and leader.process.poll() is None, "the woken leader died"
-    assert [a.detail for a in replicas.audit("controller leading")].count(f"pid {pid(leader)}") == 1, "it took the lease back"
-    assert [(r.device_id, r.status, r.desired) for r in replicas.rows(rid)] == rows, "the rollout's rows changed"
-    assert [(a.id, a.action) for a in replicas.store().audit_log(rid)] == audit, "the rollout's audit changed"
-    late = [topic for ts, topic in replicas.publishers().get(pid(leader), []) if ts >= int(woken_at)]
-    assert not late, f"the deposed leader published {late[:3]}"
-    after = [topic for topic, _payload, _retain in replicas.wire.messages[seen:]]
-    assert not [t for t in after if t.endswith(("/desired", "/commands"))], after[:3]
+    deposed_acts_no_more(replicas, leader, rid, finished, woken_at, 15)
 
 
 @dataclass
@@ -158,33 +180,11 @@ def test_the_leaders_host_vanishes_the_standby_leads_and_the_returned_one_acts_n
     host.cut()  # its host vanishes: no FIN, no RST, nothing reaches PostgreSQL or the broker any more
     try:
         assert elsewhere.sessions() >= 2, "PostgreSQL was told: the leader's sessions ended with the cut"
-        took_over = wait_for(lambda: replicas.leading(standby), 30, "the standby to lead")
-        print(f"take-over {took_over.ts - cut_at:.2f}s after the leader's host vanished")
-        assert took_over.ts - cut_at < TAKE_OVER_S
-        assert ended(replicas, rid, 60) is S.DONE  # the standby finished the bake and the second wave
-        done_audited(replicas, rid)
-        rows = [(r.device_id, r.status, r.desired) for r in replicas.rows(rid)]
-        audit = [(a.id, a.action) for a in replicas.store().audit_log(rid)]
-        seen = len(replicas.wire.messages)
+        finished = standby_finishes(replicas, standby, rid, cut_at, "the leader's host vanished")
     finally:
         restored_at = time.time()
         host.restore()
-
-    log = replicas.home.path.parent / "controller-a.log"
-    wait_for(lambda: "passed to another controller" in log.read_text(errors="replace"), 30,
-             "the leader, back on the network, to find its lease gone")
-    print(f"the deposed leader found its lease gone {time.time() - restored_at:.2f}s after the link came back")
-    time.sleep(3 * TICK_S)  # a few of its ticks, back: it must do nothing in them
-
-    assert leader.process is not None and leader.process.poll() is None, "the deposed leader died"
-    assert [a.detail for a in replicas.audit("controller leading")].count(f"pid {pid(leader)}") == 1, "it took the lease back"
-    assert [(r.device_id, r.status, r.desired) for r in replicas.rows(rid)] == rows, "the rollout's rows changed"
-    new = [(a.action, round(a.ts - restored_at, 2)) for a in replicas.store().audit_log(rid) if (a.id, a.action) not in audit]
-    assert not new, f"the rollout's audit changed (action, seconds after the link came back): {new}"
-    late = [topic for ts, topic in replicas.publishers().get(pid(leader), []) if ts >= int(restored_at)]
-    assert not late, f"the deposed leader published {late[:3]}"
-    after = [topic for topic, _payload, _retain in replicas.wire.messages[seen:]]
-    assert not [t for t in after if t.endswith(("/desired", "/commands"))], after[:3]
+    deposed_acts_no_more(replicas, leader, rid, finished, restored_at, 30)
 
 
 def test_a_deposed_leaders_write_with_an_old_epoch_is_refused(postgres: PostgresCluster, tmp_path: Path) -> None:

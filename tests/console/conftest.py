@@ -93,7 +93,7 @@ def start_plane(root: Path, broker: BrokerProcess) -> ConsolePlane:
     """Keys, users and tokens for each role, the controller with its HTTP API, and the simulated fleet, all online."""
     home = EdgectlHome(root / "home", broker.url)
     home.path.mkdir(parents=True)
-    home.edgectl("keys", "init", check=True)
+    home.init_keys()
     port = free_port()
     plane = ConsolePlane(home, broker, f"http://127.0.0.1:{port}", root / "processes.log")
     for role in ROLES:

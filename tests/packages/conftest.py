@@ -13,5 +13,5 @@ from tests.fleet import EdgectlHome
 def offline_home(tmp_path: Path) -> EdgectlHome:
     home = EdgectlHome(tmp_path / "home", "mqtt://127.0.0.1:1")  # no broker: inputs fail before connecting
     home.path.mkdir()
-    home.edgectl("keys", "init", check=True)
+    home.init_keys()
     return home
