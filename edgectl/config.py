@@ -9,6 +9,7 @@ from pathlib import Path
 
 from edgecore.settings import load_settings
 from edgecore.tls import TlsSettings
+from edgectl.controller.webhooks import RetryPolicy
 from edgectl.home import edgectl_home
 
 __all__ = ["ApiSettings", "ControllerSettings", "EdgectlConfig", "RetentionSettings", "load_edgectl_config"]
@@ -43,6 +44,8 @@ class ControllerSettings:
     # telemetry ($share/<group>/...); empty: every replica receives every report.
     share_group: str = "edgectl"
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    # Webhook deliveries: attempts, backoff, timeout (docs/integrations.md).
+    webhooks: RetryPolicy = field(default_factory=RetryPolicy)
 
     def store_url(self) -> str:
         return self.store or str(edgectl_home() / "controller.db")

@@ -27,6 +27,7 @@ SHIPPED_SCRAPE = REPO / "configs" / "prometheus" / "edgectl.yml"
 __all__ = [
     "SHIPPED_SCRAPE",
     "Operator",
+    "prometheus_config",
     "start_agent",
     "start_artifacts",
     "start_controller",
@@ -107,6 +108,18 @@ def start_artifacts(state: StackState, operator: Operator, logs: Path) -> Proc:
     return state.add(proc)
 
 
+def prometheus_config(scrape_s: float, token: Path, targets: list[str]) -> dict[str, Any]:
+    """The shipped scrape config with this stack's interval, token file and targets, and its alert rules."""
+    config: dict[str, Any] = yaml.safe_load(SHIPPED_SCRAPE.read_text())
+    config["global"]["scrape_interval"] = f"{scrape_s:g}s"
+    # rule_files are relative to the config's folder: the copy lives elsewhere, so name the shipped files.
+    config["rule_files"] = [str(SHIPPED_SCRAPE.parent / name) for name in config.get("rule_files", [])]
+    job = config["scrape_configs"][0]
+    job["authorization"]["credentials_file"] = str(token)
+    job["static_configs"][0]["targets"] = targets
+    return config
+
+
 def start_prometheus(state: StackState, operator: Operator, logs: Path, scrape_s: float) -> Proc:
     """Prometheus on the shipped scrape config: its job as shipped, with the replicas as targets and the token file."""
     folder = Path(state.dir) / "prometheus"
@@ -118,12 +131,8 @@ def start_prometheus(state: StackState, operator: Operator, logs: Path, scrape_s
         subprocess.run([sys.executable, "-m", "edgectl.cli.main", "tokens", "create", "prometheus", "--name", "prometheus"],
                        env=operator.env(), stdout=out, stderr=subprocess.DEVNULL, check=True, timeout=120)
     token.chmod(0o600)
-    config = yaml.safe_load(SHIPPED_SCRAPE.read_text())
-    config["global"]["scrape_interval"] = f"{scrape_s:g}s"
-    job = config["scrape_configs"][0]
-    job["authorization"]["credentials_file"] = str(token)
-    job["static_configs"][0]["targets"] = [url.removeprefix("http://") for url in state.api_urls]
-    write_yaml(folder / "prometheus.yml", config)
+    targets = [url.removeprefix("http://") for url in state.api_urls]
+    write_yaml(folder / "prometheus.yml", prometheus_config(scrape_s, token, targets))
     port = free_port()
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not Path(binary).exists():

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgecore.errors import UserError
 from edgectl.api.accounts import MAX_TOKEN_DAYS, NameTaken, parse_role
 from edgectl.api.context import ApiContext
-from edgectl.api.router import ApiError, Param, Request, Response, Route
+from edgectl.api.router import MAX_INT, ApiError, Param, Request, Response, Route
 from edgectl.controller.accounts import ROLES, Role
+from edgectl.controller.queries import AuditQuery
+from edgectl.fleet.audit import audit_csv, parse_time
 
 __all__ = ["admin_routes"]
 
@@ -25,8 +28,32 @@ TOKEN_SCHEMA: dict[str, Any] = {
 AUDIT_PARAMS = (
     Param("rollout_id", "string", "Only entries about this rollout."),
     Param("device_id", "string", "Only entries about this device."),
+    Param("actor", "string", "Only entries of this actor (`user:alice`, `controller`); a trailing * matches a prefix."),
+    Param("action", "string", "Only entries of this action (`device decommissioned`); a trailing * matches a prefix."),
+    Param("since", "string", "Entries at or after this time: Unix seconds or ISO 8601 (UTC unless an offset is given)."),
+    Param("until", "string", "Entries before this time: Unix seconds or ISO 8601."),
     Param("limit", "integer", "Newest entries to return (oldest first).", minimum=1, maximum=100_000, default=200),
+    Param("offset", "integer", "Newest matching entries to skip (the next page back in time).", minimum=0, maximum=MAX_INT,
+          default=0),
+    Param("format", "string", "`csv`: the entries as a CSV file (cells a spreadsheet would run as formulas start with ').",
+          enum=("json", "csv"), default="json"),
 )
+CSV_TYPE = "text/csv; charset=utf-8"
+
+
+def audit_query(values: dict[str, Any]) -> AuditQuery:
+    """The store query of an audit request; 400 naming the parameter at fault."""
+    times: dict[str, float | None] = {}
+    for name in ("since", "until"):
+        try:
+            times[name] = None if values[name] is None else parse_time(values[name], f"query parameter {name!r}")
+        except UserError as exc:
+            raise ApiError(400, str(exc), name) from None
+    since, until = times["since"], times["until"]
+    if since is not None and until is not None and until <= since:
+        raise ApiError(400, "query parameter 'until': must be after 'since'", "until")
+    return AuditQuery(values["actor"] or "", values["action"] or "", values["rollout_id"] or "", values["device_id"] or "",
+                      since, until, values["limit"], values["offset"])
 
 
 def admin_routes(ctx: ApiContext) -> list[Route]:
@@ -47,10 +74,14 @@ def admin_routes(ctx: ApiContext) -> list[Route]:
         return Response(200, {"user": p.user, "role": p.role.value, "token_id": p.token_id})
 
     def audit(request: Request) -> Response:
-        v = request.values
+        query = audit_query(request.values)
         with ctx.timer.time("audit_log"):
-            entries = ctx.store.audit_log(v["rollout_id"], v["device_id"], v["limit"])
-        return Response(200, {"entries": [e.to_dict() for e in entries]})
+            page = ctx.store.audit_page(query)
+        if request.values["format"] == "csv":
+            return Response(200, audit_csv(page.entries).encode(), CSV_TYPE,
+                            {"Content-Disposition": 'attachment; filename="edgectl-audit.csv"'})
+        return Response(200, {"entries": [e.to_dict() for e in page.entries], "total": page.total, "limit": query.limit,
+                              "offset": query.offset})
 
     def users(_request: Request) -> Response:
         return Response(200, {"users": [u.to_dict() for u in accounts.users()]})
@@ -85,7 +116,9 @@ def admin_routes(ctx: ApiContext) -> list[Route]:
               "(no token needed; 503 while the store is unavailable).", health, tag="meta"),
         Route("GET", "/api/v1/me", Role.VIEWER, "The caller: user, role and token id.", me, tag="meta"),
         Route("GET", "/api/v1/audit", Role.VIEWER, "The audit log: operator actions (with their actor), controller "
-              "decisions, device transitions.", audit, AUDIT_PARAMS, tag="audit"),
+              "decisions, device transitions; filtered, paged (newest first), or exported as CSV.", audit, AUDIT_PARAMS,
+              responses={200: "The entries (JSON), or text/csv with format=csv", 400: "Bad filter (names the field)"},
+              tag="audit"),
         Route("GET", "/api/v1/users", Role.ADMIN, "List users.", users, tag="access"),
         Route("POST", "/api/v1/users", Role.ADMIN, "Add a user with a role.", add_user, body=USER_SCHEMA,
               responses={201: "Added", 409: "A user of that name exists"}, tag="access"),

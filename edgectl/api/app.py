@@ -12,12 +12,14 @@ from edgectl.api.accounts import Accounts
 from edgectl.api.admin import admin_routes
 from edgectl.api.context import ApiContext
 from edgectl.api.devices import device_routes
+from edgectl.api.groups import group_routes
 from edgectl.api.metrics import FleetCollector, render
 from edgectl.api.openapi import openapi_document
 from edgectl.api.packages import package_routes
 from edgectl.api.rollouts import rollout_routes
 from edgectl.api.router import Request, Response, Route
 from edgectl.api.server import ApiServer, parse_listen, server_tls
+from edgectl.api.webhooks import webhook_routes
 from edgectl.config import ApiSettings, EdgectlConfig
 from edgectl.controller.accounts import Role
 from edgectl.controller.store import Store
@@ -33,7 +35,8 @@ METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def api_routes(ctx: ApiContext) -> list[Route]:
     """Every route the server answers, the document and /metrics included."""
-    routes = [*device_routes(ctx), *package_routes(ctx), *rollout_routes(ctx), *admin_routes(ctx)]
+    routes = [*device_routes(ctx), *package_routes(ctx), *rollout_routes(ctx), *group_routes(ctx), *admin_routes(ctx),
+              *webhook_routes(ctx)]
 
     def document(_request: Request) -> Response:
         return Response(200, openapi_document(routes))

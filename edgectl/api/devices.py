@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgecore.errors import UserError
+from edgecore.errors import OperationFailed, UserError
 from edgectl.api.context import ApiContext
 from edgectl.api.router import MAX_INT, ApiError, Param, Request, Response, Route
 from edgectl.controller.accounts import Role
@@ -12,6 +12,7 @@ from edgectl.controller.history import with_rates
 from edgectl.controller.queries import DeviceQuery
 from edgectl.controller.selector import parse_selector
 from edgectl.fleet import device_detail, device_page, fleet_summary
+from edgectl.fleet.lifecycle import decommission_device, delete_device, fleet_pki
 
 __all__ = ["device_routes"]
 
@@ -22,10 +23,12 @@ LIST_PARAMS = (
     Param("version", "integer", "Active model version.", minimum=0, maximum=MAX_INT),
     Param("tag", "string", "Tag filter KEY=VALUE (repeatable).", repeat=True),
     Param("selector", "string", "A selector as `edgectl devices --selector` takes it: k=v[,k=v], keys id, target, "
-          "model, status, agent or tag keys."),
+          "model, version, status, agent, site or tag keys."),
     Param("q", "string", "Text found in the id, target, model or tags."),
     Param("limit", "integer", "Page size.", minimum=1, maximum=1000, default=100),
     Param("offset", "integer", "Devices to skip.", minimum=0, maximum=MAX_INT, default=0),
+    Param("decommissioned", "boolean", "true: list the decommissioned devices (kept for history) instead of the fleet.",
+          default=False),
 )
 
 
@@ -52,6 +55,8 @@ DETAIL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "device_id": {"type": "string"}, "status": {"type": "string", "enum": ["online", "offline", "unknown"]},
+        "decommissioned": {"type": "number", "nullable": True,
+                           "description": "When an operator decommissioned it (Unix seconds); null for a fleet member."},
         "target": {"type": "string", "nullable": True}, "model": {"type": "string", "nullable": True},
         "version": {"type": "integer", "nullable": True}, "backend": {"type": "string", "nullable": True},
         "tags": {"type": "object"}, "hardware": {"type": "object", "nullable": True},
@@ -83,7 +88,8 @@ def device_query(values: dict[str, Any]) -> DeviceQuery:
             raise ApiError(400, f"query parameter 'tag': {tag!r} is not KEY=VALUE", "tag")
         _check_keys([(key.strip(), value)], "tag")
         terms.append((key.strip(), value.strip()))
-    return DeviceQuery(tuple(terms), values["version"], values["q"] or "", values["limit"], values["offset"])
+    return DeviceQuery(tuple(terms), values["version"], values["q"] or "", values["limit"], values["offset"],
+                       values["decommissioned"])
 
 
 def _check_keys(terms: list[tuple[str, str]], field: str) -> None:
@@ -112,6 +118,22 @@ def device_routes(ctx: ApiContext) -> list[Route]:
             detail["telemetry_history"] = [p.to_dict() for p in history[-limit:]] if limit else []
         return Response(200, detail)
 
+    def decommission(request: Request) -> Response:
+        device_id = request.path_params["device_id"]
+        try:
+            done = decommission_device(ctx.store, device_id, request.actor, fleet_pki())
+        except OperationFailed as exc:
+            raise ApiError(409, str(exc), "device_id") from None
+        return Response(200, done.to_dict())
+
+    def delete(request: Request) -> Response:
+        device_id = request.path_params["device_id"]
+        try:
+            delete_device(ctx.store, device_id, request.actor)
+        except OperationFailed as exc:
+            raise ApiError(409, str(exc), "device_id") from None
+        return Response(200, {"deleted": device_id})
+
     def summary(_request: Request) -> Response:
         with ctx.timer.time("fleet_summary"):
             return Response(200, fleet_summary(ctx.store))
@@ -125,4 +147,12 @@ def device_routes(ctx: ApiContext) -> list[Route]:
               "One device: record, hardware, latest telemetry, telemetry history (latency p50/p95, CPU, memory, "
               "inference rate), events, latency history, rollouts, audit.", show_device, DETAIL_PARAMS,
               responses={200: "OK", 404: "No such device"}, tag="devices", answer=DETAIL_SCHEMA),
+        Route("POST", "/api/v1/devices/{device_id}/decommission", Role.OPERATOR,
+              "Take a device out of the fleet: its certificate revoked where this host holds the fleet CA, its retained "
+              "desired state cleared, its reports dropped from then on; kept for history.", decommission,
+              responses={200: "Decommissioned (says what became of its certificate)", 404: "No such device",
+                         409: "Decommissioned already"}, tag="devices"),
+        Route("DELETE", "/api/v1/devices/{device_id}", Role.ADMIN,
+              "Delete a decommissioned device's record, served models and history (rollout rows and audit stay).", delete,
+              responses={200: "Deleted", 404: "No such device", 409: "Not decommissioned"}, tag="devices"),
     ]

@@ -84,7 +84,10 @@ def _response(route: Route, code: int, text: str) -> dict[str, Any]:
     if route.path == "/metrics":
         return {"description": text, "content": {"text/plain": {"schema": {"type": "string"}}}}
     schema = route.answer if route.answer is not None and code < 300 else {"type": "object"}
-    return {"description": text, "content": {"application/json": {"schema": schema}}}
+    content: dict[str, Any] = {"application/json": {"schema": schema}}
+    if route.path == "/api/v1/audit":  # format=csv
+        content["text/csv"] = {"schema": {"type": "string"}}
+    return {"description": text, "content": content}
 
 
 def _error(text: str) -> dict[str, Any]:

@@ -23,7 +23,8 @@ CREATE_SCHEMA: dict[str, Any] = {
     "properties": {
         "packages": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
                      "description": "Variant ids of uploaded packages (GET /api/v1/packages), one per target."},
-        "selector": {"type": "string", "minLength": 1, "description": "Devices: k=v[,k=v] or all."},
+        "selector": {"type": "string", "minLength": 1,
+                     "description": "Devices: k=v[,k=v], all, or group:NAME (a device group, resolved now: GET /api/v1/groups)."},
         "waves": {"type": "string", "description": "Cumulative wave sizes, counts or percentages.",
                   "default": "1,10%,50%,100%"},
         "max_failure": {"type": "string", "description": "Install failure rate that halts a wave.", "default": "5%"},

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from edgecore import __version__
+from edgectl.cli.help_examples import ExamplesGroup
 
 app = typer.Typer(
     name="edgectl",
@@ -18,7 +19,7 @@ app = typer.Typer(
         "130 interrupted."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    cls=ExamplesGroup,  # puts each command's examples under its --help
     pretty_exceptions_enable=False,
 )
 

@@ -45,7 +45,7 @@ def controller_run(ctx: typer.Context,
     if store is None:
         return
     service = Controller(store, controller_transports(url, config), ring.signing_key("controller"), package_keys(ring),
-                         share_group=config.controller.share_group)
+                         share_group=config.controller.share_group, webhooks=config.controller.webhooks)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     console.print(f"controller: store {store.location()}, broker {url}")
     api = None

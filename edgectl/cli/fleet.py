@@ -37,7 +37,8 @@ def deploy(
     device: list[str] = typer.Option(
         [], "--device", "-d", help="Device id to deploy to directly, in the foreground (repeatable)."),
     fleet: str | None = typer.Option(
-        None, "--fleet", help="Selector (group=lobby,target=jetson-orin or all): hand a staged rollout to the controller."),
+        None, "--fleet", help="Selector (group=lobby,target=jetson-orin, all, or group:NAME for a device group of the "
+        "store): hand a staged rollout to the controller."),
     waves: str = typer.Option("1,10%,50%,100%", "--waves", help="Cumulative wave sizes: counts or percentages."),
     max_failure: str = typer.Option("5%", "--max-failure", help="Install failure rate that halts a wave."),
     bake: str = typer.Option("10m", "--bake", help="Time a wave must run with all gates holding before the next starts."),
@@ -134,7 +135,8 @@ def devices(
     ctx: typer.Context,
     selector: str = typer.Option(
         "all", "--selector", "-s",
-        help="Only devices matching k=v[,k=v] (fields id, target, model, status, agent, or tag keys)."),
+        help="Only devices matching k=v[,k=v] (fields id, target, model, version, status, agent, site, or tag keys), "
+        "or the devices of group:NAME."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List devices known to the broker: presence, agent, target, active model and backend."""

@@ -23,11 +23,14 @@ COMMANDS = (
     "broker",  # broker
     "controller",  # controller run
     "fleet",  # deploy, devices
+    "groups",  # group create|list|show|add|remove|delete
+    "lifecycle",  # device decommission|delete, package list|delete, audit
     "packages",  # keys, build, verify
     "quantize",  # quantize
     "rollout",  # deploy --fleet, rollout ..., device show
     "security",  # pki, device enroll|revoke, broker config
     "sim",  # sim
+    "webhooks",  # webhook add|list|remove|deliveries|redeliver
 )
 # What the workstation needs beyond the agent's own dependencies (the `host` extra in pyproject.toml).
 HOST_MODULES = ("onnx", "onnxruntime", "openvino", "nncf")

@@ -67,6 +67,7 @@ class Engine:
         self.fallback_of = fallback_of
         self.pacer = Pacer()
         self.baselines = Baselines(store)
+        self.gone: set[str] = set()  # decommissioned devices, read at each tick: no rollout sends them anything again
         self.phases: dict[Phase, Callable[[RolloutRow, list[RolloutDevice]], None]] = {
             Phase.START: self._start_wave, Phase.INSTALLING: self._installing, Phase.BAKING: self._baking,
             Phase.WAITING: self._waiting,
@@ -106,7 +107,8 @@ class Engine:
 
     def _retry_failed(self, rollout: RolloutRow) -> None:
         """Send the update again to failed devices of started waves; they join the current wave."""
-        rows = [r for r in self.store.rollout_devices(rollout.id) if r.status == D.FAILED and r.wave <= rollout.wave]
+        rows = [r for r in self.store.rollout_devices(rollout.id)
+                if r.status == D.FAILED and r.wave <= rollout.wave and r.device_id not in self.gone]
         for row in rows:
             row.wave, row.installed_at = rollout.wave, None
             self._send(rollout, row, "retry")
@@ -120,12 +122,21 @@ class Engine:
     def tick(self) -> None:
         self.sets.refresh()  # rollouts recorded since keep packages a set may name
         self.screen.refresh()
+        self.gone = self.store.decommissioned_ids()
         for rollout in self.store.rollouts(ACTIVE):
+            rows = self._members(rollout, self.store.rollout_devices(rollout.id))
             if rollout.status in (S.RUNNING, S.PAUSED):
-                rows = [r for r in self.store.rollout_devices(rollout.id) if r.wave == rollout.wave]
-                self.phases[rollout.phase](rollout, rows)
+                self.phases[rollout.phase](rollout, [r for r in rows if r.wave == rollout.wave])
             else:
-                self._finish_stop(rollout)
+                self._finish_stop(rollout, rows)
+
+    def _members(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> list[RolloutDevice]:
+        """The rows of fleet members. A decommissioned device's part that was not finished is cancelled (nothing is sent
+        to it again, nothing waits for it); its rows count in no gate, wave or rollback."""
+        for row in rows:
+            if row.device_id in self.gone and row.status in (D.PLANNED, D.DEFERRED, *IN_FLIGHT, D.ROLLBACK_SENT):
+                self._set(rollout, row, D.CANCELLED, "device decommissioned")
+        return [r for r in rows if r.device_id not in self.gone]
 
     def _start_wave(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         if rollout.status != S.RUNNING:
@@ -301,7 +312,8 @@ class Engine:
         self._phase(rollout, Phase.ROLLBACK)
         self.store.audit("rollout halted" if event is E.HALT else "rollout aborting", reason, rollout.id)
         log.warning("rollout %s %s: %s", rollout.id, rollout.status, reason)
-        self._wind_down(rollout, self.store.rollout_devices(rollout.id))
+        self.gone = self.store.decommissioned_ids()  # an operator's abort comes before the tick that reads them
+        self._wind_down(rollout, self._members(rollout, self.store.rollout_devices(rollout.id)))
 
     def _wind_down(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         """Cancel what was not taken, roll back what was, each row once.
@@ -327,9 +339,8 @@ class Engine:
         self.store.save_rollout_device(row)
         self.store.audit(f"device {status}", detail, rollout.id, row.device_id)
 
-    def _finish_stop(self, rollout: RolloutRow) -> None:
+    def _finish_stop(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
         """Wait for rollbacks and in-flight installs to report, up to the wave timeout."""
-        rows = self.store.rollout_devices(rollout.id)
         self._wind_down(rollout, rows)  # rows are updated in place
         waiting = [r for r in rows if r.status in (D.ROLLBACK_SENT, *IN_FLIGHT)]
         if waiting and self.clock() - rollout.phase_since < rollout.spec.wave_timeout_s:

@@ -51,6 +51,7 @@ __all__ = ["EventReport", "FollowUp", "Ingest", "LiveBirth", "StateReport", "col
 # Latency and telemetry history keep one telemetry point per device per this many seconds.
 LATENCY_EVERY_S = 5.0
 CLOCK_OFF_S = 300.0  # a device whose claimed time is further than this from the controller's is flagged
+GONE_EVERY_S = 2.0  # how often the decommissioned devices are read again from the store
 RETAINED = (Birth, Presence, DeviceState)
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,9 @@ class Ingest:
     """Writes what devices report into the controller's store; returns what the rollouts must see.
 
     A body that names another device than its topic is dropped before anything is stored and
-    counted in ``drops`` as ``identity``."""
+    counted in ``drops`` as ``identity``; a report of a decommissioned device (edgectl/fleet/lifecycle.py), as
+    ``decommissioned``: it stays out of the fleet whatever it sends (the store's column is never cleared by a report,
+    so one stored in the seconds before this process read the decommission changes its data, never its standing)."""
 
     def __init__(self, store: Store, drops: Drops | None = None) -> None:
         self.store = store
@@ -136,6 +139,14 @@ class Ingest:
         self.stored = 0  # history points this controller added to the store (committed)
         self._added = 0  # history points added by the batch in progress (see batch)
         self._in_batch = False
+        self._gone: set[str] = set()
+        self._gone_at = -GONE_EVERY_S
+
+    def decommissioned(self, device_id: str) -> bool:
+        """Whether the device was taken out of the fleet (as of the last read of the store, at most seconds ago)."""
+        if time.monotonic() - self._gone_at >= GONE_EVERY_S:
+            self._gone, self._gone_at = self.store.decommissioned_ids(), time.monotonic()
+        return device_id in self._gone
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -158,12 +169,17 @@ class Ingest:
             self._added, self._in_batch = 0, False
 
     def read(self, message: Message) -> Report | None:
-        """The report in ``message``; None (counted) when its body names another device. Raises EdgeError when malformed."""
+        """The report in ``message``; None (counted) when its body names another device or its device was decommissioned.
+        Raises EdgeError when malformed."""
         try:
-            return read_report(message.topic, message.payload)
+            report = read_report(message.topic, message.payload)
         except IdentityMismatch as exc:
             self.drops.count("identity", message.topic, str(exc))
             return None
+        if self.decommissioned(report.device_id):
+            self.drops.count("decommissioned", message.topic, f"device {report.device_id} was decommissioned")
+            return None
+        return report
 
     def apply(self, message: Message, received: float) -> EventReport | StateReport | None:
         """Store one device report received at ``received`` (the store's clock); return what the rollouts must see."""

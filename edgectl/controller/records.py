@@ -239,6 +239,7 @@ class DeviceRecord:
     state: DeviceState | None = None
     telemetry: Telemetry | None = None
     telemetry_ts: float | None = None  # when the controller stored the latest telemetry report
+    decommissioned: float | None = None  # when an operator took it out of the fleet (edgectl.fleet.lifecycle)
 
     @property
     def status(self) -> str:
@@ -282,6 +283,7 @@ class DeviceRecord:
             "inference_url": birth.inference_url, "last_seen": self.last_seen, "last_telemetry": self.telemetry_ts,
             "desired_schemas": list(birth.desired_schemas),
             "memory_budget_mb": None if self.state is None else self.state.memory_budget_mb,
+            "decommissioned": self.decommissioned,
         }
 
     def model_rows(self) -> list[dict[str, Any]]:
@@ -301,11 +303,12 @@ class DeviceRecord:
 
     @classmethod
     def from_columns(cls, device_id: str, online: int | None, last_seen: float | None, birth: str | None,
-                     state: str | None, telemetry: str | None, telemetry_ts: float | None) -> DeviceRecord:
+                     state: str | None, telemetry: str | None, telemetry_ts: float | None,
+                     decommissioned: float | None = None) -> DeviceRecord:
         """A record from the store's row: the reports are kept as their JSON text."""
         return cls(device_id, None if online is None else bool(online), last_seen, _stored(device_id, Birth.from_json, birth),
                    _stored(device_id, DeviceState.from_json, state), _stored(device_id, Telemetry.from_json, telemetry),
-                   telemetry_ts)
+                   telemetry_ts, decommissioned)
 
 
 R = TypeVar("R", Birth, DeviceState, Telemetry)

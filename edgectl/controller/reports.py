@@ -160,6 +160,8 @@ class Reports:
         count = 0
         for device_id, (row, desired) in newest.items():
             device = self.store.device(device_id)
+            if device is not None and device.decommissioned is not None:
+                continue  # taken out of the fleet: its desired state was cleared on the broker for good
             if desired_seq(desired) > (device.last_seq if device else 0):
                 self.publisher.send(device_id, "desired", desired)
                 count += 1

@@ -1,8 +1,10 @@
 """Device selectors: ``group=lobby,target=jetson-orin`` picks devices by field or tag.
 
-Keys are device fields (``id``, ``target``, ``model``, ``status``, ``agent``) or tag keys from the
-devices' config; ``model`` matches a device that serves a model (or pipeline) of that name among
-the several it may run. A key that is neither is a user error, so a typo never selects nothing (or all)
+Keys are device fields (``id``, ``target``, ``model``, ``version``, ``status``, ``agent``, ``site``) or
+tag keys from the devices' config; ``model`` matches a device that serves a model (or pipeline) of that
+name among the several it may run, ``version`` one that serves some model at that version, ``agent`` the
+agent version of its birth, ``site`` its ``site`` tag (a field so that a stored group query may name it
+before any device reports one). A key that is neither is a user error, so a typo never selects nothing (or all)
 silently. ``all`` or ``*`` selects every device. A value may end in ``*`` to match a prefix.
 """
 
@@ -16,7 +18,7 @@ from edgecore.errors import UserError
 
 __all__ = ["FIELDS", "Selector", "parse_selector"]
 
-FIELDS = ("id", "target", "model", "status", "agent")
+FIELDS = ("id", "target", "model", "version", "status", "agent", "site")
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,9 @@ def parse_selector(text: str) -> Selector:
 
 
 def _values(device: dict[str, Any], key: str) -> list[str]:
-    if key == "model" and device.get("models") is not None:
-        return [str(m["name"]) for m in device["models"]] or [""]
+    if key in ("model", "version") and device.get("models") is not None:
+        name = "name" if key == "model" else "version"
+        return [str(m[name]) for m in device["models"]] or [""]
     return [_value(device, key)]
 
 
@@ -67,6 +70,8 @@ def _value(device: dict[str, Any], key: str) -> str:
         return str(device.get("agent_version") or "")
     if key in ("target", "model", "status"):
         return str(device.get(key) or "")
+    if key == "version":
+        return "" if device.get("version") is None else str(device["version"])
     return str((device.get("tags") or {}).get(key, ""))
 
 

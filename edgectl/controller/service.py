@@ -58,6 +58,8 @@ from edgectl.controller.store import Store
 from edgectl.controller.store.protocol import Fenced, StoreUnavailable
 from edgectl.controller.subscriptions import PLAIN_LEAVES, TelemetrySubscription
 from edgectl.controller.takeover import catch_up
+from edgectl.controller.webhook_sender import WebhookSender
+from edgectl.controller.webhooks import RetryPolicy
 from edgectl.fleet.direct import signed_command, signed_desired
 from edgectl.package import Package, read_package
 
@@ -103,7 +105,7 @@ class Controller:
 
     def __init__(self, store: Store, transport_factory: TransportFactory, key: Ed25519PrivateKey, trusted: TrustedKeys,
                  tick_s: float = 0.5, limits: InboxLimits | None = None, share_group: str = "", watch_s: float = 60.0,
-                 reconcile_s: float = EVERY_S) -> None:
+                 reconcile_s: float = EVERY_S, webhooks: RetryPolicy | None = None) -> None:
         self.store = store
         # One engine leader per store (leader.py); replicas share telemetry in this group where the broker can.
         self.leader = Leadership(store.lease(), self._gained, self._lost)
@@ -131,6 +133,8 @@ class Controller:
             broker=lambda: self.transport.connected, buffered=lambda: (self.inbox.qsize(), self.inbox.waiting_bytes),
             clock_off=lambda: len(self.ingest.clock_off)))
         self.telemetry = TelemetrySubscription(self.transport, share_group, watch_s, self.health)
+        # Webhook deliveries, on every replica (each delivery is claimed in the store by one sender).
+        self.webhooks = WebhookSender(store, webhooks or RetryPolicy())
         self.packages: dict[str, Package] = {}
         self._cache = Path(tempfile.mkdtemp(prefix="edgectl-controller-"))
         self.stopping = threading.Event()
@@ -195,6 +199,7 @@ class Controller:
             self.transport.subscribe(topics.device("+", leaf), 1)
         self.telemetry.subscribe(self.leader.replicated)
         self.server.start()
+        self.webhooks.start()
         next_tick = 0.0
         while not self.stopping.is_set():
             try:
@@ -204,6 +209,7 @@ class Controller:
             except Fenced as exc:  # the lease passed on while this tick ran: nothing was written
                 log.warning("%s", exc)
                 self.leader.check()
+        self.webhooks.stop()
         self.server.stop()
         self.transport.close()
         self.leader.release()
@@ -244,12 +250,23 @@ class Controller:
         self._apply_unclaimed()
         self._serve_active()
         self.engine.tick()
+        self._withdraw()
         for why, found in self.reconciler.results():
             self._apply_reconciled(why, found)
         if self.drops["overflow"] > self._overflow_seen:
             self._overflow_seen = self.drops["overflow"]
             self.reconciler.due("overflow")
         self.reconciler.start_if_due(self._awaiting)
+
+    def _withdraw(self) -> None:
+        """A decommissioned device gets no more updates: its retained desired state (and any retained command) is
+        cleared on the broker, once (an empty retained message removes it; agents refuse the empty one they may get)."""
+        for device_id in self.fenced.unwithdrawn():
+            cleared = [self.transport.publish(topics.device(device_id, leaf), b"", qos=1, retain=True, wait=5.0)
+                       for leaf in ("desired", "commands")]
+            if all(cleared):
+                self.fenced.mark_withdrawn(device_id, self.clock())
+                self.fenced.audit("device withdrawn", "its retained desired state cleared on the broker", device_id=device_id)
 
     def _beacon(self) -> None:
         """Keep the fleet's signed beacon retained (edgecore/protocol/beacon.py): agents leave brokers without it."""
@@ -392,8 +409,9 @@ class Controller:
             log.warning("ignored %s: %s", message.topic, exc)
             return []
         found: list[FollowUp] = [] if report is None else [report]
-        if message.topic.endswith("/birth") and not message.retain:  # a live birth: it just connected
-            found.append(LiveBirth(topics.parse_device_topic(message.topic).device_id))
+        device_id = topics.parse_device_topic(message.topic).device_id
+        if message.topic.endswith("/birth") and not message.retain and not self.ingest.decommissioned(device_id):
+            found.append(LiveBirth(device_id))  # a live birth: it just connected (a decommissioned one is not acknowledged)
         return found
 
     def _follow(self, followup: FollowUp) -> None:

@@ -13,8 +13,9 @@ from edgectl.connection import open_transport
 from edgectl.controller.ingest import collect_devices
 from edgectl.controller.queries import DeviceQuery
 from edgectl.controller.records import DeviceRecord
-from edgectl.controller.selector import FIELDS, Selector, parse_selector
+from edgectl.controller.selector import FIELDS
 from edgectl.controller.store import Store, open_configured
+from edgectl.fleet.groups import device_chooser
 
 __all__ = ["device_detail", "device_page", "fleet_devices", "fleet_records", "fleet_summary", "open_store", "store_devices",
            "store_records"]
@@ -39,19 +40,22 @@ def fleet_devices(broker: str | None, config: EdgectlConfig, selector: str) -> l
 
 
 def fleet_records(broker: str | None, config: EdgectlConfig, selector: str) -> list[DeviceRecord]:
-    """:func:`fleet_devices` as records (births and states read), for planning."""
-    chosen = parse_selector(selector)
+    """:func:`fleet_devices` as records (births and states read), for planning; ``group:NAME`` is a group of the store."""
+    store = open_store(config) if _store_exists(config) else None
+    choose = device_chooser(store, selector)
     inbox: queue.Queue[Message] = queue.Queue()
     transport = open_transport(broker, config, inbox)
     try:
         records = collect_devices(transport, inbox)
     finally:
         transport.close()
-    if _store_exists(config):  # the broker's retained reports are newer; the store adds devices and telemetry times
-        for kept in open_store(config).devices():
+    if store is not None:  # the broker's retained reports are newer; the store adds devices and telemetry times
+        for kept in store.devices():
             heard = records.get(kept.id)
             records[kept.id] = kept if heard is None else _merged(heard, kept)
-    return _chosen(chosen, [r for _, r in sorted(records.items())])
+        for gone in store.decommissioned_ids():  # its retained reports stay on the broker; it is no fleet member
+            records.pop(gone, None)
+    return choose([r for _, r in sorted(records.items())])
 
 
 def _merged(heard: DeviceRecord, kept: DeviceRecord) -> DeviceRecord:
@@ -60,12 +64,6 @@ def _merged(heard: DeviceRecord, kept: DeviceRecord) -> DeviceRecord:
                    online=kept.online if heard.online is None else heard.online,
                    last_seen=heard.last_seen or kept.last_seen,
                    birth=heard.birth or kept.birth, state=heard.state or kept.state)
-
-
-def _chosen(chosen: Selector, records: list[DeviceRecord]) -> list[DeviceRecord]:
-    rows = [r.to_dict() for r in records]
-    chosen.check_keys(rows)
-    return [record for record, row in zip(records, rows, strict=True) if chosen.matches(row)]
 
 
 def device_detail(store: Store, device_id: str) -> dict[str, Any]:
@@ -87,7 +85,7 @@ def store_devices(store: Store, selector: str) -> list[dict[str, Any]]:
 
 def store_records(store: Store, selector: str) -> list[DeviceRecord]:
     """:func:`store_devices` as records, for planning."""
-    return _chosen(parse_selector(selector), store.devices())
+    return device_chooser(store, selector)(store.devices())
 
 
 def device_page(store: Store, query: DeviceQuery) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def test_head_is_answered_by_get_and_other_methods_get_405_with_allow() -> None:
 
 
 QUERY: dict[str, object] = {"selector": None, "status": None, "target": None, "model": None, "tag": [], "version": None,
-                            "q": None, "limit": 10, "offset": 0}
+                            "q": None, "limit": 10, "offset": 0, "decommissioned": False}
 
 
 @pytest.mark.parametrize(("param", "value"), [("selector", 'ta"g=1'), ("selector", "a\\b=1"), ("selector", "a\x01=1"),

@@ -371,3 +371,65 @@ def test_charts_break_lines_at_gaps_and_show_values_on_hover(plane: ConsolePlane
     browser.wait(lambda: browser.text("#gappy .tip").endswith("p95 1.00 ms"), 10, "the tip at the first point")
     ActionChains(browser.driver).move_to_element_with_offset(area, int(area.size["width"] / 2) - 2, 0).perform()
     browser.wait(lambda: browser.text("#gappy .tip").endswith("p95 6.00 ms"), 10, "the tip at the last point")
+
+
+# Kept last in the module: they take a device out of the module's fleet.
+
+def test_decommission_then_delete_a_device_from_its_page(plane: ConsolePlane, browser: Browser) -> None:
+    device, total = "sim-qnn-htp-002", sum(PROFILES.values())
+    browser.sign_in(plane.tokens["operator"])
+    browser.go(f"/devices/{device}", ready="device")
+    assert not browser.all("#delete-device")  # a fleet member: only decommissioning is offered
+    browser.click("#decommission")
+    assert browser.text("#confirm-title") == f"Decommission {device}?" and "cannot be undone" in browser.text("#confirm-text")
+    browser.click("#confirm-cancel")  # asked, declined: nothing happens
+    assert plane.api("GET", f"/devices/{device}", "viewer")[1]["decommissioned"] is None
+    browser.click("#decommission")
+    browser.click("#confirm-ok")
+    browser.wait(lambda: "decommissioned; certificate: no fleet PKI" in browser.text("#flash"), 20, "the outcome")
+    browser.wait(lambda: browser.text("#device-status") == "decommissioned", 20, "the page showing it")
+    assert not browser.all("#delete-device")  # deleting is an admin's
+    listed = plane.api("GET", "/devices?limit=100", "viewer")[1]
+    assert device not in [d["device_id"] for d in listed["devices"]] and listed["total"] == total - 1
+    assert plane.api("GET", "/fleet/summary", "viewer")[1]["total"] == total - 1
+
+    browser.sign_in(plane.tokens["admin"])
+    browser.go(f"/devices/{device}", ready="device")
+    assert not browser.all("#decommission")
+    browser.click("#delete-device")
+    browser.click("#confirm-ok")
+    browser.ready("devices")
+    assert plane.api("GET", f"/devices/{device}", "viewer")[0] == 404
+
+
+def test_delete_a_package_and_find_it_on_the_audit_page(plane: ConsolePlane, browser: Browser) -> None:
+    used = _uploaded(plane, "classifier", 1)
+    _start_rollout(plane, "target=nnapi", bake="0s")  # a rollout names it
+    spare = plane.api("POST", "/packages", raw=plane.package("classifier", 9).read_bytes())[1]["variant"]
+    browser.sign_in(plane.tokens["operator"])
+    browser.go("/packages", ready="packages")
+    browser.click(f"tr[data-package='{used}'] .delete-package")
+    browser.click("#confirm-ok")
+    browser.wait(lambda: "is used by rollout(s) r-" in browser.text("#flash"), 20, "the refusal naming the rollouts")
+    browser.click(f"tr[data-package='{spare}'] .delete-package")
+    browser.click("#confirm-ok")
+    browser.wait(lambda: "Deleted classifier v9" in browser.text("#flash"), 20, "the deletion")
+    browser.wait(lambda: spare not in browser.attributes("#packages-table tbody tr", "data-package"), 20, "its row gone")
+    assert used in browser.attributes("#packages-table tbody tr", "data-package")
+
+    browser.go("/audit", ready="audit")
+    browser.css("#audit-filters input[name=actor]").send_keys("api:operator")
+    browser.css("#audit-filters input[name=action]").send_keys("package *")
+    browser.click("#audit-filters button[type=submit]")
+    wanted = plane.api("GET", "/audit?actor=api:operator&action=package%20*", "viewer")[1]
+    newest_first = [e["action"] for e in reversed(wanted["entries"])]
+    assert newest_first[0] == "package deleted" and "package uploaded" in newest_first
+    browser.wait(lambda: browser.attributes("#audit-table tbody tr", "data-action") == newest_first, 20, "the filtered page")
+    browser.click("#audit-csv")
+    # The CSV came from the server with the page's filters (its rows counted), saved from a blob: link (its cells are
+    # tests/api/test_records_api.py's).
+    browser.wait(lambda: browser.attributes("#audit-csv", "data-rows") == [str(wanted["total"])], 20, "the CSV fetched")
+    assert browser.attributes("#audit-csv", "href")[0].startswith("blob:")
+
+    browser.go("/audit?since=2030-01-02T00:00&until=2030-01-01T00:00")
+    browser.wait(lambda: "'until': must be after 'since'" in browser.text("#flash"), 20, "the refused filter")

@@ -29,8 +29,11 @@ ROUTES: dict[tuple[str, str], Role | None] = {
     ("GET", "/api/v1/fleet/summary"): VIEWER,
     ("GET", "/api/v1/devices"): VIEWER,
     ("GET", "/api/v1/devices/{device_id}"): VIEWER,
+    ("POST", "/api/v1/devices/{device_id}/decommission"): OPERATOR,
+    ("DELETE", "/api/v1/devices/{device_id}"): ADMIN,
     ("GET", "/api/v1/packages"): VIEWER,
     ("POST", "/api/v1/packages"): OPERATOR,
+    ("DELETE", "/api/v1/packages/{variant}"): OPERATOR,
     ("GET", "/api/v1/rollouts"): VIEWER,
     ("POST", "/api/v1/rollouts"): OPERATOR,
     ("GET", "/api/v1/rollouts/{rollout_id}"): VIEWER,
@@ -38,6 +41,11 @@ ROUTES: dict[tuple[str, str], Role | None] = {
     ("POST", "/api/v1/rollouts/{rollout_id}/resume"): OPERATOR,
     ("POST", "/api/v1/rollouts/{rollout_id}/abort"): OPERATOR,
     ("POST", "/api/v1/rollouts/{rollout_id}/retry-failed"): OPERATOR,
+    ("GET", "/api/v1/groups"): VIEWER,
+    ("POST", "/api/v1/groups"): OPERATOR,
+    ("GET", "/api/v1/groups/{name}"): VIEWER,
+    ("PATCH", "/api/v1/groups/{name}"): OPERATOR,
+    ("DELETE", "/api/v1/groups/{name}"): OPERATOR,
     ("GET", "/api/v1/health"): None,
     ("GET", "/api/v1/me"): VIEWER,
     ("GET", "/api/v1/audit"): VIEWER,
@@ -47,6 +55,12 @@ ROUTES: dict[tuple[str, str], Role | None] = {
     ("GET", "/api/v1/tokens"): ADMIN,
     ("POST", "/api/v1/tokens"): ADMIN,
     ("DELETE", "/api/v1/tokens/{token_id}"): ADMIN,
+    ("GET", "/api/v1/webhooks"): OPERATOR,
+    ("POST", "/api/v1/webhooks"): ADMIN,
+    ("GET", "/api/v1/webhooks/{webhook_id}"): OPERATOR,
+    ("DELETE", "/api/v1/webhooks/{webhook_id}"): ADMIN,
+    ("GET", "/api/v1/webhooks/{webhook_id}/deliveries"): OPERATOR,
+    ("POST", "/api/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"): ADMIN,
     ("GET", "/api/v1/openapi.json"): None,
     ("GET", "/metrics"): VIEWER,
 }
@@ -91,7 +105,7 @@ def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 def _concrete(path: str) -> str:
     return path.replace("{device_id}", "dev-x").replace("{rollout_id}", "r-x").replace("{name}", "nobody") \
-        .replace("{token_id}", "000000000000")
+        .replace("{token_id}", "000000000000").replace("{webhook_id}", "wh_x").replace("{delivery_id}", "dlv_x")
 
 
 def _expected_role(method: str, path: str, metrics_open: bool) -> Role | None:

@@ -198,7 +198,7 @@ def test_a_route_with_a_path_parameter_matches_one_segment() -> None:
 # -- the device list query --------------------------------------------------------------------------------------------
 
 QUERY: dict[str, Any] = {"selector": None, "status": None, "target": None, "model": None, "tag": [], "version": None,
-                         "q": None, "limit": 10, "offset": 0}
+                         "q": None, "limit": 10, "offset": 0, "decommissioned": False}
 
 
 def test_a_device_query_carries_every_filter() -> None:
@@ -206,7 +206,8 @@ def test_a_device_query_carries_every_filter() -> None:
                           "version": 3, "q": "abc", "limit": 5, "offset": 2})
     assert query.terms == (("site", "a"), ("status", "online"), ("target", "pi"), ("model", "m"), ("k", "v"))
     assert (query.version, query.text, query.limit, query.offset) == (3, "abc", 5, 2)
-    assert device_query(QUERY).text == ""
+    assert device_query(QUERY).text == "" and not device_query(QUERY).decommissioned
+    assert device_query({**QUERY, "decommissioned": True}).decommissioned
 
 
 def test_a_selector_that_does_not_parse_is_a_bad_request() -> None:

@@ -2,14 +2,18 @@
 
 import { api, can, onUnauthorized, session } from "./api.js";
 import { fill, h } from "./dom.js";
+import * as audit from "./page_audit.js";
 import * as devices from "./page_devices.js";
 import * as device from "./page_device.js";
 import * as fleet from "./page_fleet.js";
+import * as groups from "./page_groups.js";
+import * as group from "./page_group.js";
 import * as packages from "./page_packages.js";
 import * as rollouts from "./page_rollouts.js";
 import * as rollout from "./page_rollout.js";
 import * as newRollout from "./page_new_rollout.js";
 import * as signin from "./page_signin.js";
+import * as webhooks from "./page_webhooks.js";
 
 const ROUTES = [
   [/^\/$/, fleet],
@@ -19,6 +23,11 @@ const ROUTES = [
   [/^\/rollouts\/new$/, newRollout],
   [/^\/rollouts\/(.+)$/, rollout],
   [/^\/packages$/, packages],
+  [/^\/groups$/, groups],
+  [/^\/groups\/(.+)$/, group],
+  [/^\/webhooks$/, webhooks],
+  [/^\/webhooks\/([^/]+)$/, webhooks],
+  [/^\/audit$/, audit],
   [/^\/signin$/, signin],
 ];
 

@@ -18,7 +18,7 @@ export async function mount(main, [deviceId], _params, ctx) {
     const r = d.telemetry;
     if (r && typeof r.ts === "number" && !samples.has(r.ts)) samples.set(r.ts, fromReport(r, d.model, samples));
     while (samples.size > KEEP) samples.delete(samples.keys().next().value);
-    draw(body, d, [...samples.values()].sort((a, b) => a.ts - b.ts));
+    draw(body, d, [...samples.values()].sort((a, b) => a.ts - b.ts), actions(d, ctx, refresh));
   };
   await refresh();
   return { refresh };
@@ -57,7 +57,37 @@ function series(points, d) {
   return { p50: pick("p50"), p95, cpu: pick("cpu"), mem: pick("mem"), rate: pick("rate") };
 }
 
-function draw(body, d, reports) {
+/** Decommission (operators; asks first) and, once decommissioned, delete (admins): the device's lifecycle. */
+function actions(d, ctx, refresh) {
+  const id = encodeURIComponent(d.device_id);
+  if (d.decommissioned === null || d.decommissioned === undefined) {
+    if (!ctx.can("operator")) return null;
+    return h("p.actions", h("button.danger#decommission", { type: "button", onclick: async () => {
+      const ok = await ctx.confirm(`Decommission ${d.device_id}?`, "Its certificate is revoked where this server holds the "
+        + "fleet CA, its desired state is cleared on the broker, and its reports are dropped from now on. It stays listed "
+        + "for history; this cannot be undone.", "Decommission");
+      if (!ok) return;
+      try {
+        const done = await ctx.api(`/devices/${id}/decommission`, { method: "POST" });
+        ctx.flash(`${d.device_id} decommissioned; certificate: ${done.certificate}.`, "info");
+        await refresh();
+      } catch (err) { ctx.flash(err.message); }
+    } }, "Decommission…"));
+  }
+  if (!ctx.can("admin")) return null;
+  return h("p.actions", h("button.danger#delete-device", { type: "button", onclick: async () => {
+    const ok = await ctx.confirm(`Delete ${d.device_id}?`, "Its record, served models and telemetry history are removed; "
+      + "its rollout rows and audit entries stay.", "Delete");
+    if (!ok) return;
+    try {
+      await ctx.api(`/devices/${id}`, { method: "DELETE" });
+      ctx.flash(`${d.device_id} deleted.`, "info");
+      ctx.go("#/devices");
+    } catch (err) { ctx.flash(err.message); }
+  } }, "Delete…"));
+}
+
+function draw(body, d, reports, controls) {
   const s = series(reports, d);
   const hw = d.hardware || {};
   const latest = (d.telemetry && d.telemetry.device) || {};
@@ -66,7 +96,8 @@ function draw(body, d, reports) {
       h("section.panel",
         h("h2", "Device"),
         h("dl.facts",
-          h("dt", "Status"), h("dd", pill(d.status)),
+          h("dt", "Status"), h("dd#device-status", d.decommissioned ? pill("decommissioned") : pill(d.status)),
+          d.decommissioned ? [h("dt", "Decommissioned"), h("dd#device-decommissioned", fmtTime(d.decommissioned))] : null,
           h("dt", "Target"), h("dd", d.target || "–"),
           h("dt", "Model"), h("dd#device-model", d.model ? `${d.model} v${d.version}` : "none"),
           h("dt", "Backend"), h("dd#device-backend", d.backend || "–"),
@@ -77,7 +108,8 @@ function draw(body, d, reports) {
           h("dt", "Memory"), h("dd", latest.memory_total_bytes
             ? `${fmtBytes(latest.memory_used_bytes)} of ${fmtBytes(latest.memory_total_bytes)}` : "–"),
           h("dt", "Inference URL"), h("dd", d.inference_url || "–"),
-          h("dt", "Last seen"), h("dd", `${fmtAgo(d.last_seen)} (${fmtTime(d.last_seen)})`))),
+          h("dt", "Last seen"), h("dd", `${fmtAgo(d.last_seen)} (${fmtTime(d.last_seen)})`)),
+        controls),
       h("section.panel", h("h2", "Events"), timeline(d))),
     modelsPanel(d.models || []),
     h("div.charts",

@@ -1,4 +1,5 @@
-// Start a rollout: packages (one per target variant), selector, waves, failure budget, bake, gates, shadow.
+// Start a rollout: packages (one per target variant), selector or device group, waves, failure budget, bake, gates, shadow.
+// A group (group:NAME) is resolved when the rollout is recorded: the rollout keeps the devices it had then.
 // "Preview" asks the server for a dry run (the plan, nothing recorded); "Start" records it for the controller.
 
 import { fill, fmtBytes, h } from "./dom.js";
@@ -12,8 +13,13 @@ export async function mount(main, _args, params, ctx) {
     fill(main, h("h1", "New rollout"), h("p.muted", "Only operators and admins start rollouts."));
     return {};
   }
-  const list = await ctx.api("/packages");
+  const [list, groupList] = await Promise.all([ctx.api("/packages"), ctx.api("/groups")]);
   const packages = list.packages || [];
+  const selector = h("input", { name: "selector", value: params.get("selector") || "all",
+    placeholder: "all, target=nnapi, group:NAME" });
+  const groupPick = h("select#group-pick", { onchange: () => { if (groupPick.value) selector.value = `group:${groupPick.value}`; } },
+    h("option", { value: "" }, "—"),
+    (groupList.groups || []).map((g) => h("option", { value: g.name }, `${g.name} (${g.kind}, ${g.resolved ?? "?"} now)`)));
   const preselected = new Set(params.getAll("package"));
   const plan = h("div.plan#plan");
   const form = h("form.stack.panel#rollout-form", { onsubmit: (e) => e.preventDefault() },
@@ -23,8 +29,8 @@ export async function mount(main, _args, params, ctx) {
         h("input", { type: "checkbox", name: "packages", value: p.variant, checked: preselected.has(p.variant) }),
         `${p.label} · ${fmtBytes(p.size)}`)) : h("p.muted", "No package yet: upload one on the Packages page.")),
     h("div.row",
-      h("label", "Devices (selector)", h("input", { name: "selector", value: params.get("selector") || "all",
-        placeholder: "all, target=nnapi, group=lab" })),
+      h("label", "Devices (selector)", selector),
+      h("label", "or a device group", groupPick),
       h("label", "Waves", h("input", { name: "waves", value: "1,10%,50%,100%" }))),
     h("div.row",
       h("label", "Max failure per wave", h("input", { name: "max_failure", value: "5%" })),

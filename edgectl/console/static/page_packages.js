@@ -12,7 +12,7 @@ export async function mount(main, _args, _params, ctx) {
   fill(main, h("h1", "Packages"), upload, table);
   const refresh = async () => {
     const list = await ctx.api("/packages");
-    draw(table, list.packages || [], ctx);
+    draw(table, list.packages || [], ctx, refresh);
   };
   await refresh();
   return { refresh };
@@ -38,7 +38,7 @@ function uploadForm(ctx, done) {
   return form;
 }
 
-function draw(el, items, ctx) {
+function draw(el, items, ctx, done) {
   if (!items.length) {
     fill(el, h("p.muted", "No package uploaded yet."));
     return;
@@ -54,5 +54,18 @@ function draw(el, items, ctx) {
       h("td", fmtTime(p.uploaded)),
       h("td", p.actor || "–"),
       h("td", ctx.can("operator")
-        ? h("a", { href: `#/rollouts/new?package=${encodeURIComponent(p.variant)}` }, "Roll out…") : ""))))));
+        ? [h("a", { href: `#/rollouts/new?package=${encodeURIComponent(p.variant)}` }, "Roll out…"), " ",
+          h("button.delete-package", { type: "button", onclick: () => remove(p, ctx, done) }, "Delete…")] : ""))))));
+}
+
+/** Delete a package no rollout names (the server refuses one a rollout names, and says which). */
+async function remove(p, ctx, done) {
+  const ok = await ctx.confirm(`Delete ${p.label}?`, "The package and its kept file are removed. A package "
+    + "any rollout names, finished ones included, is refused.", "Delete");
+  if (!ok) return;
+  try {
+    await ctx.api(`/packages/${encodeURIComponent(p.variant)}`, { method: "DELETE" });
+    ctx.flash(`Deleted ${p.label}.`, "info");
+    await done();
+  } catch (err) { ctx.flash(err.message); }
 }

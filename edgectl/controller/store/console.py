@@ -93,9 +93,14 @@ class ConsoleSql:
     def _where(self, query: DeviceQuery) -> tuple[str, list[Any]]:
         """The SQL condition for ``query``: selector terms, version, text."""
         clauses, args = self._serves(query)
-        clauses.insert(0, "1=1")
+        clauses.insert(0, "decommissioned IS NOT NULL" if query.decommissioned else "decommissioned IS NULL")
         for key, want in query.terms:
             if key == "model":
+                continue
+            if key == "version":  # some model the device serves is of that version
+                match, value = self._match("m.version", want)
+                clauses.append(f"{SERVES} AND {match})")
+                args.append(value)
                 continue
             expr, expr_args = self._field(key)
             match, value = self._match(expr, want)
@@ -119,14 +124,15 @@ class ConsoleSql:
 
     def device_counts(self) -> dict[tuple[str, str], int]:
         rows = self._all(f"SELECT COALESCE({self._json('birth', 'target')}, '') AS t, {STATUS} AS s, COUNT(*) AS n "
-                         "FROM devices GROUP BY t, s")
+                         "FROM devices WHERE decommissioned IS NULL GROUP BY t, s")
         return {(str(r["t"]), str(r["s"])): int(r["n"]) for r in rows}
 
     def device_models(self) -> dict[tuple[str, int | None], int]:
         """Devices per model version they serve (a device serving two models counts under each); ("", None): none."""
-        rows = self._all("SELECT name, version, COUNT(*) AS n FROM device_models GROUP BY name, version")
+        rows = self._all("SELECT name, version, COUNT(*) AS n FROM device_models m JOIN devices d ON d.id = m.device_id "
+                         "WHERE d.decommissioned IS NULL GROUP BY name, version")
         counts = {(str(r["name"]), None if r["version"] is None else int(r["version"])): int(r["n"]) for r in rows}
-        idle = self._all("SELECT COUNT(*) AS n FROM devices WHERE NOT EXISTS "
+        idle = self._all("SELECT COUNT(*) AS n FROM devices WHERE decommissioned IS NULL AND NOT EXISTS "
                          "(SELECT 1 FROM device_models m WHERE m.device_id = devices.id)")[0]["n"]
         if idle:
             counts[("", None)] = int(idle)

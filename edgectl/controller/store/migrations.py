@@ -177,6 +177,40 @@ ALTER TABLE latency ADD COLUMN claimed {real};
 CREATE UNIQUE INDEX IF NOT EXISTS telemetry_history_once ON telemetry_history(device_id, model, claimed);
 CREATE UNIQUE INDEX IF NOT EXISTS latency_once ON latency(device_id, model, claimed);
 """
+# Version 8: server-side device groups (edgectl/controller/groups.py), set by operators: a static group's members
+# (a JSON array of device ids) or a dynamic group's selector.
+V8 = """
+CREATE TABLE IF NOT EXISTS device_groups(
+    name TEXT PRIMARY KEY, kind TEXT NOT NULL, members TEXT NOT NULL DEFAULT '[]', query TEXT NOT NULL DEFAULT '',
+    description TEXT NOT NULL DEFAULT '', created_by TEXT NOT NULL DEFAULT '', created_at {real}, updated_at {real});
+"""
+# Version 9: webhook subscriptions and their deliveries (controller/webhooks.py). A delivery row is made in the
+# transaction of the audit entry it reports, so a controller that stops before sending it sends it after its restart;
+# ``claimed_by``/``claimed_until`` keep two replicas from sending the same attempt. The secret signs each delivery,
+# so it is kept as given (never answered by the API).
+V9 = """
+CREATE TABLE IF NOT EXISTS webhooks(
+    id TEXT PRIMARY KEY, url TEXT NOT NULL, events TEXT NOT NULL, secret TEXT NOT NULL, created_by TEXT,
+    created_at {real}, enabled INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS webhook_deliveries(
+    id TEXT PRIMARY KEY, webhook_id TEXT NOT NULL, event_id TEXT NOT NULL, event TEXT NOT NULL, payload TEXT NOT NULL,
+    created_at {real}, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, status_code INTEGER, error TEXT,
+    next_attempt {real}, last_attempt {real}, delivered_at {real}, claimed_by TEXT, claimed_until {real});
+CREATE INDEX IF NOT EXISTS webhook_deliveries_due ON webhook_deliveries(status, next_attempt);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_hook ON webhook_deliveries(webhook_id, created_at);
+"""
+# Version 10: decommissioned devices (edgectl/fleet/lifecycle.py): when an operator took the device out of the fleet
+# (kept for history, left out of every fleet query) and when the controller cleared its retained desired state on the
+# broker; the ids of deleted ones (a report under one registers no device again); indexes for the audit log's filters.
+V10 = """
+ALTER TABLE devices ADD COLUMN decommissioned {real};
+ALTER TABLE devices ADD COLUMN withdrawn {real};
+CREATE INDEX IF NOT EXISTS devices_decommissioned ON devices(decommissioned);
+CREATE TABLE IF NOT EXISTS deleted_devices(id TEXT PRIMARY KEY, decommissioned {real}, deleted {real});
+CREATE INDEX IF NOT EXISTS audit_ts ON audit(ts);
+CREATE INDEX IF NOT EXISTS audit_device ON audit(device_id, ts);
+CREATE INDEX IF NOT EXISTS audit_rollout ON audit(rollout_id, ts);
+"""
 SQLITE = {"real": "REAL", "id": ""}
 POSTGRES = {"real": "DOUBLE PRECISION", "id": "id BIGSERIAL PRIMARY KEY, "}
 
@@ -189,6 +223,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "the engine lease (PostgreSQL)", "", V5_POSTGRES),
     Migration(6, "what each device serves, one row per model", V6_SQLITE, V6_POSTGRES),
     Migration(7, "telemetry points and latency figures once per report", V7.format(**SQLITE), V7.format(**POSTGRES)),
+    Migration(8, "server-side device groups", V8.format(**SQLITE), V8.format(**POSTGRES)),
+    Migration(9, "webhooks and their deliveries", V9.format(**SQLITE), V9.format(**POSTGRES)),
+    Migration(10, "decommissioned devices, audit log indexes", V10.format(**SQLITE), V10.format(**POSTGRES)),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -245,6 +245,14 @@ class PostgresStore(SqlStore):
             raise ConfigError(f"package {variant[:12]} is not in the store {self.location()}")
         return self._cached(variant, lambda path: path.write_bytes(bytes(rows[0]["data"])))
 
+    def discard_package(self, variant: str) -> bool:
+        """The entry and the database's copy; the cached file here (other replicas' caches keep theirs, unread)."""
+        with self.batch():
+            listed = self._unlist_package(variant)
+            self._execute("DELETE FROM package_files WHERE variant=?", (variant,))
+        (self.packages_dir / f"{variant}.edgepkg").unlink(missing_ok=True)
+        return listed
+
     def _cached(self, variant: str, write: Any) -> Path:
         self.packages_dir.mkdir(parents=True, exist_ok=True)
         path = self.packages_dir / f"{variant}.edgepkg"

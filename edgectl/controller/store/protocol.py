@@ -18,8 +18,9 @@ from typing import Any, Protocol
 
 from edgecore.errors import EdgeError
 from edgectl.controller.accounts import TokenRow, UserRow
+from edgectl.controller.groups import DeviceGroup
 from edgectl.controller.history import TelemetryPoint
-from edgectl.controller.queries import DevicePage, DeviceQuery, UploadedPackage
+from edgectl.controller.queries import AuditPage, AuditQuery, DevicePage, DeviceQuery, UploadedPackage
 from edgectl.controller.records import (
     AuditEntry,
     DeviceEventRow,
@@ -29,8 +30,10 @@ from edgectl.controller.records import (
     RolloutRow,
     RolloutStatus,
 )
+from edgectl.controller.webhooks import Attempt, Delivery, DeliveryStatus, Webhook
 
-__all__ = ["ENGINE_LEASE", "GUARDED", "ConsoleStore", "Fenced", "Lease", "LeaseToken", "Retention", "Store", "StoreUnavailable"]
+__all__ = ["ENGINE_LEASE", "GUARDED", "ConsoleStore", "Fenced", "Lease", "LeaseToken", "Retention", "Store", "StoreUnavailable",
+           "WebhookStore"]
 
 DAY_S = 86400.0
 ENGINE_LEASE = "engine"  # the lease of the engine leader (PostgreSQL: its row of the ``leases`` table)
@@ -101,7 +104,7 @@ class Lease(Protocol):
 
 class ConsoleStore(Protocol):
     """What the REST API, /metrics and ``edgectl users|tokens`` ask the store: device pages and counts
-    (filtered, counted and paged in SQL), users, tokens (hashes only) and uploaded packages."""
+    (filtered, counted and paged in SQL), users, tokens (hashes only), uploaded packages and device groups."""
 
     def device_page(self, query: DeviceQuery) -> DevicePage:
         """Devices matching ``query``, ordered by id, one page of them and the total count."""
@@ -128,9 +131,43 @@ class ConsoleStore(Protocol):
         """List an uploaded package (again: its newer upload replaces the entry)."""
     def packages(self) -> list[UploadedPackage]:
         """Uploaded packages, oldest upload first."""
+    def audit_page(self, query: AuditQuery) -> AuditPage:
+        """Audit entries matching ``query``: a page of the newest, oldest first within it, and the total."""
+    def add_group(self, group: DeviceGroup) -> bool:
+        """Keep a new device group; False when the name is taken."""
+    def save_group(self, group: DeviceGroup) -> bool:
+        """Replace the group of that name; False when there is none."""
+    def group(self, name: str) -> DeviceGroup | None: ...
+    def groups(self) -> list[DeviceGroup]:
+        """Every device group, by name."""
+    def remove_group(self, name: str) -> bool:
+        """Delete a group; False when there is none."""
 
 
-class Store(ConsoleStore, Protocol):
+class WebhookStore(Protocol):
+    """Webhook subscriptions and their deliveries (``store/webhooks.py``); ``audit`` makes the deliveries of an event."""
+
+    def add_webhook(self, hook: Webhook) -> None: ...
+    def webhooks(self) -> list[Webhook]: ...
+    def webhook(self, webhook_id: str) -> Webhook | None: ...
+    def remove_webhook(self, webhook_id: str) -> bool:
+        """Remove the subscription and its deliveries; False when there is none."""
+    def deliveries(self, webhook_id: str | None = None, status: DeliveryStatus | None = None,
+                   limit: int = 100) -> list[Delivery]:
+        """Deliveries, newest first."""
+    def delivery(self, delivery_id: str) -> Delivery | None: ...
+    def claim_deliveries(self, worker: str, now: float, hold_s: float, limit: int = 20) -> list[tuple[Delivery, Webhook]]:
+        """Due pending deliveries of enabled webhooks, each claimed for ``worker`` until ``now + hold_s`` (once, of all
+        replicas claiming at the same time)."""
+    def record_attempt(self, delivery_id: str, worker: str, attempt: Attempt) -> bool:
+        """Count one attempt and release the claim; False when ``worker`` no longer holds it."""
+    def prune_deliveries(self, before: float) -> int:
+        """Delete delivered and failed deliveries made before ``before`` (pending ones stay); return how many went."""
+    def redeliver(self, delivery_id: str, now: float) -> Delivery | None:
+        """A new pending delivery of the same event and body, due now; None when there is no such delivery."""
+
+
+class Store(ConsoleStore, WebhookStore, Protocol):
     """The whole interface to the controller's persistent state."""
 
     retention: Retention
@@ -200,5 +237,16 @@ class Store(ConsoleStore, Protocol):
     def audit(self, action: str, detail: str = "", rollout_id: str = "", device_id: str = "",
               actor: str = "controller") -> None: ...
     def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[AuditEntry]: ...
+    # -- records taken out (store/retired.py) -------------------------------------------------------
+    def decommission_device(self, device_id: str, at: float) -> bool:
+        """Take the device out of the fleet (kept for history); False when there is none or it is out already."""
+    def decommissioned_ids(self) -> set[str]: ...
+    def unwithdrawn(self) -> list[str]:
+        """Decommissioned devices whose retained desired state the controller has not cleared on the broker yet."""
+    def mark_withdrawn(self, device_id: str, at: float) -> None: ...
+    def delete_device(self, device_id: str) -> bool:
+        """Remove a decommissioned device's row, served models and history; False unless it is decommissioned."""
+    def discard_package(self, variant: str) -> bool:
+        """Unlist an uploaded package and remove its kept file; False when it was not listed."""
     def request(self, rollout_id: str, action: str) -> None: ...
     def take_requests(self) -> list[tuple[str, str]]: ...

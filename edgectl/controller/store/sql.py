@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -35,9 +35,14 @@ from edgectl.controller.records import (
     RolloutSpec,
     RolloutStatus,
 )
+from edgectl.controller.store.audit import AuditSql
 from edgectl.controller.store.console import ConsoleSql
+from edgectl.controller.store.groups import GroupSql
 from edgectl.controller.store.protocol import DEVICE_FIELDS, GUARDED, Fenced, LeaseToken, Retention
+from edgectl.controller.store.retired import RetiredSql
 from edgectl.controller.store.served import ServedSql
+from edgectl.controller.store.webhooks import WebhookSql
+from edgectl.controller.webhooks import event_of
 from edgectl.json_text import dumps
 
 __all__ = ["IDLE_CONNECTIONS", "Batch", "SqlStore"]
@@ -64,7 +69,7 @@ def _upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
             f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {updates}")
 
 
-class SqlStore(ConsoleSql, ServedSql):
+class SqlStore(ConsoleSql, ServedSql, GroupSql, WebhookSql, RetiredSql, AuditSql):
     """Everything but connections; subclasses set ``rowid`` and implement the hooks below."""
 
     rowid = "rowid"
@@ -127,7 +132,10 @@ class SqlStore(ConsoleSql, ServedSql):
         if unknown:
             raise ValueError(f"unknown device field {sorted(unknown)[0]}")
         values = {k: dumps(v.to_json()) if isinstance(v, (Birth, DeviceState, Telemetry)) else v for k, v in fields.items()}
-        self._execute("INSERT INTO devices(id) VALUES (?) ON CONFLICT(id) DO NOTHING", (device_id,), at_once=True)
+        new = self._execute("INSERT INTO devices(id) SELECT ? WHERE NOT EXISTS (SELECT 1 FROM deleted_devices WHERE id=?) "
+                            "ON CONFLICT(id) DO NOTHING", (device_id, device_id), at_once=True)  # a deleted id stays so
+        if new.rowcount == 1:  # once, whichever replica stored the device's first report (a webhook event)
+            self.audit("device registered", "first report", device_id=device_id)
         plain = dict(values)
         for guard, columns in GUARDED.items():
             if guard not in values:
@@ -144,20 +152,22 @@ class SqlStore(ConsoleSql, ServedSql):
             self._index_models(device_id, fields["state"], fields.get("state_at"))
 
     def devices(self) -> list[DeviceRecord]:
-        return [self._device(r) for r in self._all("SELECT * FROM devices ORDER BY id")]
+        """The fleet's devices: decommissioned ones are kept for history, not listed (``device()`` reads them)."""
+        return [self._device(r) for r in self._all("SELECT * FROM devices WHERE decommissioned IS NULL ORDER BY id")]
 
     def device(self, device_id: str) -> DeviceRecord | None:
         rows = self._all("SELECT * FROM devices WHERE id=?", (device_id,))
         return self._device(rows[0]) if rows else None
 
     def telemetry_summary(self) -> tuple[int, float | None]:
-        row = self._all("SELECT SUM(CASE WHEN online=1 THEN 1 ELSE 0 END) AS online, MAX(telemetry_ts) AS newest FROM devices")[0]
+        row = self._all("SELECT SUM(CASE WHEN online=1 THEN 1 ELSE 0 END) AS online, MAX(telemetry_ts) AS newest "
+                        "FROM devices WHERE decommissioned IS NULL")[0]
         return int(row["online"] or 0), None if row["newest"] is None else float(row["newest"])
 
     @staticmethod
     def _device(r: Any) -> DeviceRecord:
         return DeviceRecord.from_columns(r["id"], r["online"], r["last_seen"], r["birth"], r["state"], r["telemetry"],
-                                         r["telemetry_ts"])
+                                         r["telemetry_ts"], r["decommissioned"])
 
     def add_latency(self, device_id: str, model: str, version: int, p95_ms: float, source: str, ts: float,
                     claimed: float | None = None) -> bool:
@@ -325,8 +335,12 @@ class SqlStore(ConsoleSql, ServedSql):
     # -- audit and requests -----------------------------------------------------------------------
 
     def audit(self, action: str, detail: str = "", rollout_id: str = "", device_id: str = "", actor: str = "controller") -> None:
-        self._engine_write("INSERT INTO audit(ts, actor, rollout_id, device_id, action, detail) VALUES (?,?,?,?,?,?)",
-                           (time.time(), actor, rollout_id, device_id, action, detail))
+        """An audit entry; one that is a webhook event commits with its deliveries (store/webhooks.py)."""
+        ts = time.time()
+        with self.batch() if event_of(action) else nullcontext():
+            self._engine_write("INSERT INTO audit(ts, actor, rollout_id, device_id, action, detail) VALUES (?,?,?,?,?,?)",
+                               (ts, actor, rollout_id, device_id, action, detail))
+            self._announce(action, ts, actor, rollout_id, device_id, detail)
 
     def audit_log(self, rollout_id: str | None = None, device_id: str | None = None, limit: int = 1000) -> list[AuditEntry]:
         sql = "SELECT * FROM audit WHERE 1=1"

@@ -167,3 +167,8 @@ class SqliteStore(SqlStore):
     def package_file(self, variant: str, recorded: Path) -> Path:
         return recorded
 
+    def discard_package(self, variant: str) -> bool:
+        listed = self._unlist_package(variant)
+        (self.path.parent / "packages" / f"{variant}.edgepkg").unlink(missing_ok=True)
+        return listed
+

@@ -1,0 +1,108 @@
+"""Device group commands: ``group create|list|show|add|remove|delete`` on the controller store.
+
+Only arguments and printing live here; what the commands do is :mod:`edgectl.fleet.groups`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from edgectl.cli.access import _actor
+from edgectl.cli.app import app, options
+from edgectl.cli.output import console, print_json, print_table
+from edgectl.config import load_edgectl_config
+from edgectl.controller.groups import DeviceGroup, GroupKind
+from edgectl.controller.store import Store
+from edgectl.fleet import add_members, create_group, delete_group, group_detail, group_list, open_store, remove_members
+
+NAME = typer.Argument(..., help="Group name (see `edgectl group list`).")
+DEVICES = typer.Argument(..., help="Device ids (see `edgectl devices`).")
+JSON = typer.Option(False, "--json", help="Print JSON.")
+
+group_app = typer.Typer(help="Server-side device groups that rollouts target as --fleet group:NAME.", no_args_is_help=True)
+app.add_typer(group_app, name="group")
+
+
+def _store(ctx: typer.Context) -> Store:
+    return open_store(load_edgectl_config(options(ctx).config), must_exist=False)
+
+
+def _said(group: DeviceGroup) -> str:
+    return f"{len(group.members)} member(s)" if group.kind == GroupKind.STATIC else f"query {group.query}"
+
+
+def _print_group(group: DeviceGroup, verb: str, as_json: bool) -> None:
+    if as_json:
+        print_json(group.to_dict())
+    else:
+        console.print(f"group {group.name} ({group.kind}) {verb}: {_said(group)}; target it with --fleet {group.selector}")
+
+
+@group_app.command("create")
+def group_create(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="Group name: 1-63 lower-case letters, digits, '.', '_' or '-'."),
+    member: list[str] = typer.Option([], "--member", "-m", help="A static group's device id (repeatable)."),
+    query: str | None = typer.Option(None, "--query", "-q", help="Make a dynamic group of this selector (k=v[,k=v] over "
+                                     "id, target, model, version, status, agent, site or tag keys), evaluated when used."),
+    description: str = typer.Option("", "--description", help="Free text."),
+    as_json: bool = JSON,
+) -> None:
+    """Create a static group (--member ID...) or a dynamic group (--query SELECTOR)."""
+    kind = GroupKind.STATIC if query is None else GroupKind.DYNAMIC
+    group = create_group(_store(ctx), name, kind.value, member, query or "", description, _actor())
+    _print_group(group, "created", as_json)
+
+
+@group_app.command("list")
+def group_list_command(ctx: typer.Context, as_json: bool = JSON) -> None:
+    """List groups with how many devices each resolves to now."""
+    rows = group_list(_store(ctx))
+    if as_json:
+        print_json(rows)
+        return
+    print_table("device groups", ["NAME", "KIND", "DEFINITION", "DEVICES", "DESCRIPTION"], [
+        (r["name"], r["kind"], r["query"] if r["kind"] == "dynamic" else f"{len(r['members'])} member(s)",
+         "unknown" if r["resolved"] is None else r["resolved"], r["description"]) for r in rows])
+
+
+@group_app.command("show")
+def group_show(ctx: typer.Context, name: str = NAME, as_json: bool = JSON) -> None:
+    """One group and the devices it resolves to now."""
+    detail: dict[str, Any] = group_detail(_store(ctx), name)
+    if as_json:
+        print_json(detail)
+        return
+    query = f": {detail['query']}" if detail["query"] else ""
+    console.print(f"[bold]{name}[/bold] ({detail['kind']}{query}) by {detail['created_by']} {detail['description']}")
+    if detail["problem"]:
+        console.print(f"does not resolve now: {detail['problem']}")
+    devices = detail["devices"] or []
+    print_table(f"{len(devices)} device(s)", ["DEVICE", "STATUS", "TARGET", "MODEL", "VERSION", "AGENT"], [
+        (d["device_id"], d["status"], d["target"], d["model"], d["version"], d["agent_version"]) for d in devices])
+    if detail["missing"]:
+        console.print(f"members the store no longer holds: {', '.join(detail['missing'])}")
+
+
+@group_app.command("add")
+def group_add(ctx: typer.Context, name: str = NAME, device_ids: list[str] = DEVICES, as_json: bool = JSON) -> None:
+    """Add devices to a static group."""
+    _print_group(add_members(_store(ctx), name, device_ids, _actor()), "changed", as_json)
+
+
+@group_app.command("remove")
+def group_remove(ctx: typer.Context, name: str = NAME, device_ids: list[str] = DEVICES, as_json: bool = JSON) -> None:
+    """Take devices out of a static group."""
+    _print_group(remove_members(_store(ctx), name, device_ids, _actor()), "changed", as_json)
+
+
+@group_app.command("delete")
+def group_delete(ctx: typer.Context, name: str = NAME, as_json: bool = JSON) -> None:
+    """Delete a group (refused while a running rollout was planned from it)."""
+    delete_group(_store(ctx), name, _actor())
+    if as_json:
+        print_json({"deleted": name})
+    else:
+        console.print(f"group {name} deleted")

@@ -1,0 +1,92 @@
+"""Device groups through the REST API and the CLI, against a real controller, Mosquitto and light agents:
+bad input named and never stored, changes audited with the actor, and rollouts to a group."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.api.conftest import ApiPlane
+from tests.api.test_fleet_api import _ended, _online, _upload
+
+
+def _groups(api: ApiPlane) -> list[str]:
+    return [g["name"] for g in api.call("GET", "/api/v1/groups", token="viewer").body["groups"]]
+
+
+def test_groups_api_bad_input_audit_and_a_rollout_to_a_group(api: ApiPlane) -> None:
+    api.agents(2, prefix="lobby", tags={"site": "lobby"})
+    api.agents(1, prefix="dock", tags={"site": "dock"})
+    _online(api, 3)
+    dynamic = {"name": "lobby", "kind": "dynamic", "query": "site=lobby", "description": "the lobby cameras"}
+    assert api.call("POST", "/api/v1/groups", dynamic, token="viewer").status == 403
+    bad: dict[str, dict[str, Any]] = {
+        "name": {"name": "Lobby!", "kind": "static"},
+        "kind": {"name": "lobby", "kind": "sometimes"},
+        "members[1]": {"name": "pilot", "kind": "static", "members": ["lobby-000", "ghost"]},
+        "members": {"name": "lobby", "kind": "dynamic", "query": "site=lobby", "members": ["lobby-000"]},
+        "query": {"name": "lobby", "kind": "dynamic", "query": "colour=red"},
+        "colour": {"name": "lobby", "kind": "static", "colour": "red"},
+    }
+    for field, body in bad.items():
+        answer = api.call("POST", "/api/v1/groups", body)
+        assert answer.status == 400 and answer.body["error"]["field"] == field, (field, answer.body)
+    assert _groups(api) == []
+
+    assert api.call("POST", "/api/v1/groups", dynamic).status == 201
+    static = api.call("POST", "/api/v1/groups", {"name": "pilot", "kind": "static", "members": ["dock-000"]})
+    assert static.status == 201 and static.body["created_by"] == "api:operator-user"
+    taken = api.call("POST", "/api/v1/groups", {"name": "pilot", "kind": "static"})
+    assert taken.status == 409 and taken.body["error"]["field"] == "name"
+    shown = api.call("GET", "/api/v1/groups/lobby", token="viewer").body
+    assert [d["device_id"] for d in shown["devices"]] == ["lobby-000", "lobby-001"] and shown["query"] == "site=lobby"
+    assert api.call("GET", "/api/v1/groups/nope", token="viewer").status == 404
+    assert api.call("PATCH", "/api/v1/groups/pilot", {}).body["error"]["field"] == "body"
+    assert api.call("PATCH", "/api/v1/groups/pilot", {"members": ["ghost"]}).body["error"]["field"] == "members[0]"
+    changed = api.call("PATCH", "/api/v1/groups/pilot", {"members": ["dock-000", "lobby-001"]})
+    assert changed.status == 200 and changed.body["members"] == ["dock-000", "lobby-001"]
+
+    variant = _upload(api, "det", 1)["variant"]
+    body = {"packages": [variant], "selector": "group:lobby", "waves": "100%", "bake": "1s"}
+    plan = api.call("POST", "/api/v1/rollouts", {**body, "dry_run": True}).body["plan"]
+    assert sorted(d["device_id"] for w in plan["waves"] for d in w["devices"]) == ["lobby-000", "lobby-001"]
+    created = api.call("POST", "/api/v1/rollouts", body)
+    assert created.status == 201, created.body
+    ended = _ended(api, created.body["rollout_id"])
+    assert ended["status"] == "done" and sorted(d["device_id"] for d in ended["devices"]) == ["lobby-000", "lobby-001"]
+    for selector, message in (("group:nope", "no device group 'nope'"), ("group:empty", "matches no device")):
+        api.call("POST", "/api/v1/groups", {"name": "empty", "kind": "static"})
+        refused = api.call("POST", "/api/v1/rollouts", {**body, "selector": selector})
+        assert refused.status == 400 and refused.body["error"]["field"] == "selector", refused.body
+        assert message in refused.body["error"]["message"]
+
+    running = api.call("POST", "/api/v1/rollouts", {**body, "selector": "group:pilot", "bake": "10m"}).body["rollout_id"]
+    conflict = api.call("DELETE", "/api/v1/groups/pilot")
+    assert conflict.status == 409 and running in conflict.body["error"]["message"]
+    assert api.call("POST", f"/api/v1/rollouts/{running}/abort").status == 202
+    _ended(api, running)
+    assert api.call("DELETE", "/api/v1/groups/pilot", token="viewer").status == 403
+    assert api.call("DELETE", "/api/v1/groups/pilot").body == {"deleted": "pilot"}
+    audit = [(e["action"], e["actor"]) for e in api.call("GET", "/api/v1/audit", token="viewer").body["entries"]]
+    assert [a for a in audit if a[0].startswith("group")] == [
+        ("group created", "api:operator-user"), ("group created", "api:operator-user"), ("group changed", "api:operator-user"),
+        ("group created", "api:operator-user"), ("group deleted", "api:operator-user")]
+
+    # The CLI on the same store: tables, --json, one-line errors, and deploy --fleet group:NAME.
+    made = json.loads(api.edgectl("group", "create", "docks", "--query", "site=dock", "--json", check=True).stdout)
+    assert made["kind"] == "dynamic" and made["created_by"].startswith("cli")
+    api.edgectl("group", "create", "few", "--member", "lobby-000", check=True)
+    assert "2 member(s)" in api.edgectl("group", "add", "few", "dock-000", check=True).stdout
+    shown = json.loads(api.edgectl("group", "show", "few", "--json", check=True).stdout)
+    assert [d["device_id"] for d in shown["devices"]] == ["dock-000", "lobby-000"]
+    listed = api.edgectl("group", "list", check=True).stdout
+    assert "docks" in listed and "site=dock" in listed and "the lobby cameras" in listed
+    bad_name = api.edgectl("group", "create", "Bad Name")
+    assert bad_name.returncode == 2 and "name: 'Bad Name' is not a group name" in bad_name.stderr + bad_name.stdout
+    unknown = api.edgectl("group", "add", "few", "ghost")
+    assert unknown.returncode == 2 and "members[0]: no device 'ghost'" in unknown.stderr + unknown.stdout
+    dry = json.loads(api.edgectl("deploy", str(api.package("det", 2)), "--fleet", "group:docks", "--dry-run", "--json",
+                                 check=True).stdout)
+    assert [d["device_id"] for w in dry["waves"] for d in w["devices"]] == ["dock-000"]
+    api.edgectl("group", "delete", "few", check=True)
+    assert "few" not in _groups(api)
