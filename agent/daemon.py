@@ -35,7 +35,9 @@ from agent.guard import CrashLoopGuard, GuardPolicy, Verdict
 from agent.hardware import probe_hardware
 from agent.hardware.runtimes import profile_report
 from agent.idle_remeasure import DeviceActivity, IdleRemeasure, Remeasured
+from agent.logs import LogRing
 from agent.model_host import LoadedModel, ModelHost
+from agent.remote_config import RemoteConfig, put_in_force
 from agent.serving import InferenceServer, ModelRegistry
 from agent.telemetry import device_metrics
 from edgecore.compiled_cache import use_root
@@ -44,9 +46,11 @@ from edgecore.delivery.http_fetch import HttpSettings
 from edgecore.delivery.sources import ArtifactFetcher
 from edgecore.errors import EdgeError, ProtocolError
 from edgecore.protocol import topics
+from edgecore.protocol.device_config import ConfigState
 from edgecore.protocol.envelope import KEY_ROTATION_TYPE, Envelope
 from edgecore.protocol.intake import Intake, SetOrder
 from edgecore.protocol.ledger import Ledger
+from edgecore.protocol.logs import LogQuery
 from edgecore.protocol.manifest import manifest_sha256
 from edgecore.protocol.messages import DESIRED_SCHEMAS
 from edgecore.protocol.reporter import Reporter, presence_will
@@ -64,7 +68,9 @@ class Agent:
     def __init__(self, config: AgentConfig, pause_in: Callable[[State], None] | None = None,
                  transport: DeviceTransportFactory | None = None) -> None:
         """``transport`` builds the connection (default: MQTT to ``config.broker``); tests pass a MemoryBroker's."""
-        self.config = config
+        self.base_config = config  # agent.yaml; the controller's configuration overrides a few keys (agent/remote_config.py)
+        self.remote_config = RemoteConfig(config.state_dir, config.device_id, lambda: self.trust.keys("controller"))
+        self.config = config = self.remote_config.effective(config)
         self.id = config.device_id
         self.state_dir = config.state_dir
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -73,6 +79,7 @@ class Agent:
         self.stopping = threading.Event()
         self.rejected: Counter[str] = Counter()
         self._seen_reasons: set[str] = set()
+        self.logs = LogRing()  # recent records for the signed logs command (agent/logs.py), on the root logger in run()
         self.hardware = probe_hardware(config.hardware_root)
         self.profiles = _profiles()  # the runtimes do not change while the agent runs: asked once, told at every birth
         self.registry = ModelRegistry()
@@ -80,6 +87,8 @@ class Agent:
             self.registry, config.inference,
             device_metrics=lambda: device_metrics(self.state_dir, config.hardware_root).to_json(),
         )
+        if self.remote_config.applied is not None:  # the configuration saved before a restart is in force again
+            put_in_force(config, self.server)
         self.slots = Slots(self.state_dir)
         self.ledger = Ledger(self.state_dir)
         deploy = config.deploy
@@ -132,12 +141,14 @@ class Agent:
 
     def run(self) -> None:
         """Serve until stop() (SIGTERM/SIGINT)."""
+        logging.getLogger().addHandler(self.logs)
         unsafe = self.worker.recover()  # before serving: the pointer names committed models again
         self.server.start()
         log.info("agent %s: inference API on %s", self.id, self.server.url)
         self._load_active(unsafe)
         self.transport.subscribe(topics.device(self.id, "desired"), 1)
         self.transport.subscribe(topics.device(self.id, "commands"), 1)
+        self.transport.subscribe(topics.device(self.id, "config"), 1)
         for topic in self.fleet_check.topics:
             self.transport.subscribe(topic, 1)
         self._connect()
@@ -184,6 +195,7 @@ class Agent:
         self.server.stop()
         self.host.unload_all()
         self.guard.stand_down()  # stopping on purpose is not the model's doing
+        logging.getLogger().removeHandler(self.logs)
         log.info("agent %s stopped", self.id)
 
     def _report_crash_loop(self) -> None:
@@ -217,10 +229,12 @@ class Agent:
                 self.fetcher.feed(artifact_id, index, message.payload)
                 return
             leaf = topics.parse_device_topic(message.topic)
-            if leaf.device_id != self.id or leaf.leaf not in ("desired", "commands"):
+            if leaf.device_id != self.id or leaf.leaf not in ("desired", "commands", "config"):
                 raise ProtocolError(f"unexpected topic {message.topic!r}")
             if leaf.leaf == "desired":
                 self._on_desired(message.payload, message.retain)
+            elif leaf.leaf == "config":
+                self._on_config(message.payload, message.retain)
             else:
                 self._on_command(message.payload)
         except EdgeError as exc:
@@ -238,7 +252,7 @@ class Agent:
             log.warning("rejected message on %s", reason)
         else:
             log.debug("rejected message on %s", reason)
-        if topic.endswith("/desired") or topic.endswith("/commands"):
+        if topic.endswith(("/desired", "/commands", "/config")):
             self._event("none", "rejected", "rejected", str(exc))
 
     def _on_desired(self, raw: bytes, retained: bool) -> None:
@@ -284,9 +298,26 @@ class Agent:
             self._queue(Job(JobKind.ROLLBACK, str(command.args.get("deployment_id") or ""), model=model), command.seq)
         elif command.command == "remeasure":
             self._queue(Job(JobKind.REMEASURE, model=model), command.seq)
+        elif command.command == "logs":  # read-only: answered here, on the device's logs topic
+            query = LogQuery.from_args(command.args)
+            self.ledger.accept_seq(command.seq)
+            self.reporter.publish(self.logs.answer(self.id, query))
         else:
             self.ledger.accept_seq(command.seq)
             self._changed()
+
+    def _on_config(self, raw: bytes, retained: bool) -> None:
+        """A signed configuration: applied over agent.yaml, or refused with its reason (the one in force stays)."""
+        status = self.remote_config.take(raw, retained)
+        if status is None:
+            return
+        if status.status is ConfigState.APPLIED:
+            self.config = self.remote_config.effective(self.base_config)
+            put_in_force(self.config, self.server)
+        self._event("none", "config", status.status.value,
+                    status.reason or f"configuration version {status.version} in force", status.to_json())
+        self.reporter.publish(self._birth())  # its tags may have changed
+        self._publish_state()
 
     def _changed(self) -> None:
         """What the device serves may have changed: say so now, not at the next tick."""
@@ -332,9 +363,11 @@ class Agent:
     def _announce(self) -> None:
         """Birth, presence and state, on every (re)connect; runs on the network thread, publishes only."""
         self.fleet_check.connected()
-        birth = Birth(self.id, time.time(), __version__, self.config.target, dict(self.config.tags), self.server.url,
-                      self.hardware.summary(), runtime_versions(), self.profiles, DESIRED_SCHEMAS)
-        self.reporter.announce(birth, self._state())
+        self.reporter.announce(self._birth(), self._state())
+
+    def _birth(self) -> Birth:
+        return Birth(self.id, time.time(), __version__, self.config.target, dict(self.config.tags), self.server.url,
+                     self.hardware.summary(), runtime_versions(), self.profiles, DESIRED_SCHEMAS)
 
     def _serving(self) -> dict[str, tuple[str, str]]:
         """Per name served: the sha256 of its signed manifest and its backend (what admission counts)."""
@@ -355,7 +388,8 @@ class Agent:
         deployment = self.worker.current
         progress = None if deployment is None else DeploymentProgress(deployment.deployment_id, deployment.state.value,
                                                                       deployment.reason)
-        return DeviceState.of_set(self.id, time.time(), self._running(), progress, self.ledger.last_seq, self.budget_mb)
+        return DeviceState.of_set(self.id, time.time(), self._running(), progress, self.ledger.last_seq, self.budget_mb,
+                                 self.remote_config.status)
 
     def _publish_state(self) -> None:
         self.reporter.publish(self._state())

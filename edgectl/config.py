@@ -12,7 +12,7 @@ from edgecore.tls import TlsSettings
 from edgectl.controller.webhooks import RetryPolicy
 from edgectl.home import edgectl_home
 
-__all__ = ["ApiSettings", "ControllerSettings", "EdgectlConfig", "RetentionSettings", "load_edgectl_config"]
+__all__ = ["ApiSettings", "ApprovalSettings", "ControllerSettings", "EdgectlConfig", "RetentionSettings", "load_edgectl_config"]
 
 SEARCH = (Path("edgectl.yaml"), Path.home() / ".config" / "edgectl" / "edgectl.yaml")
 
@@ -34,6 +34,13 @@ class RetentionSettings:
 
 
 @dataclass(frozen=True)
+class ApprovalSettings:
+    # The two-person rule (docs/fleet.md "Approvals"): a rollout to more devices than this waits for a second
+    # operator's approval; 0: no size needs it (a protected group still does).
+    min_devices: int = 0
+
+
+@dataclass(frozen=True)
 class ControllerSettings:
     # The rollout store: a SQLite file (a path, sqlite:///relative or sqlite:////absolute) for one
     # controller, or postgresql://... for replicas; None: $EDGECTL_HOME/controller.db. Relative
@@ -46,6 +53,7 @@ class ControllerSettings:
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     # Webhook deliveries: attempts, backoff, timeout (docs/integrations.md).
     webhooks: RetryPolicy = field(default_factory=RetryPolicy)
+    approval: ApprovalSettings = field(default_factory=ApprovalSettings)
 
     def store_url(self) -> str:
         return self.store or str(edgectl_home() / "controller.db")

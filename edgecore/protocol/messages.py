@@ -39,7 +39,7 @@ __all__ = [
     "verify_signed",
 ]
 
-COMMANDS = ("rollback", "remeasure", "report")
+COMMANDS = ("rollback", "remeasure", "report", "logs")  # logs: args are edgecore.protocol.logs.LogQuery
 
 DESIRED_SCHEMAS = (1, 2)  # the desired-state schemas this code reads (and an agent built on it speaks)
 MAX_ARTIFACT_URLS = 16
@@ -255,7 +255,7 @@ def _checked_options(options: dict[str, Any], what: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Command:
-    """A one-off instruction to a device (rollback, remeasure, report)."""
+    """A one-off instruction to a device (rollback, remeasure, report, logs)."""
 
     device_id: str
     seq: int

@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 from edgecore.errors import ProtocolError, VerificationError
 from edgecore.protocol import topics
+from edgecore.protocol.device_config import ConfigStatus
+from edgecore.protocol.logs import LogAnswer
 from edgecore.protocol.schema import Fields, decode_json, encode_json
 from edgecore.protocol.telemetry import DeviceMetrics, LatencyFigures, ModelTelemetry, StateDisk, Telemetry
 from edgecore.protocol.topics import validate_id
@@ -33,6 +35,7 @@ __all__ = [
     "DeviceState",
     "IdentityMismatch",
     "LatencyFigures",
+    "LogAnswer",
     "ModelTelemetry",
     "Presence",
     "Report",
@@ -202,18 +205,21 @@ class DeviceState:
     last_seq: int = 0
     models: tuple[RunningModel, ...] = ()
     memory_budget_mb: float | None = None
+    config: ConfigStatus | None = None  # the newest device configuration handled (None: none yet, or an older agent)
 
     def to_json(self) -> dict[str, Any]:
         return {"device_id": self.device_id, "ts": self.ts, "active": None if self.active is None else self.active.to_json(),
                 "deployment": None if self.deployment is None else self.deployment.to_json(), "last_seq": self.last_seq,
-                "models": [m.to_json() for m in self.models], "memory_budget_mb": self.memory_budget_mb}
+                "models": [m.to_json() for m in self.models], "memory_budget_mb": self.memory_budget_mb,
+                "config": None if self.config is None else self.config.to_json()}
 
     @classmethod
     def of_set(cls, device_id: str, ts: float | None, models: tuple[RunningModel, ...],
-               deployment: DeploymentProgress | None, last_seq: int, memory_budget_mb: float | None) -> DeviceState:
+               deployment: DeploymentProgress | None, last_seq: int, memory_budget_mb: float | None,
+               config: ConfigStatus | None = None) -> DeviceState:
         """The state of a device that serves ``models``, with ``active`` filled in for older readers."""
         only = models[0] if len(models) == 1 and models[0].kind == "model" else None
-        return cls(device_id, ts, only, deployment, last_seq, models, memory_budget_mb)
+        return cls(device_id, ts, only, deployment, last_seq, models, memory_budget_mb, config)
 
     def to_payload(self) -> bytes:
         return encode_json(self.to_json())
@@ -228,7 +234,7 @@ class DeviceState:
 
     @classmethod
     def _read(cls, f: Fields) -> DeviceState:
-        active_f, deployment = f.opt_obj("active"), f.opt_obj("deployment")
+        active_f, deployment, config = f.opt_obj("active"), f.opt_obj("deployment"), f.opt_obj("config")
         active = None if active_f is None else RunningModel.read(active_f)
         if f.data.get("models") is None:  # an agent from before sets: its one model is the set
             models: tuple[RunningModel, ...] = () if active is None else (active,)
@@ -237,7 +243,7 @@ class DeviceState:
                            for i, m in enumerate(f.array("models", 128)))
         return cls(validate_id(f.text("device_id", 64)), f.opt_number("ts"), active,
                    None if deployment is None else DeploymentProgress.read(deployment), f.opt_integer("last_seq") or 0,
-                   models, f.opt_number("memory_budget_mb"))
+                   models, f.opt_number("memory_budget_mb"), None if config is None else ConfigStatus.read(config))
 
 
 @dataclass(frozen=True)
@@ -306,10 +312,10 @@ class ChunkRequest:
         return cls(validate_id(f.text("device_id", 64)), validate_id(f.text("artifact_id", 64), "artifact id"), ranges, repeat)
 
 
-Report = Birth | Presence | DeviceState | Telemetry | DeviceEvent | ChunkRequest
+Report = Birth | Presence | DeviceState | Telemetry | DeviceEvent | ChunkRequest | LogAnswer
 
 _READERS: Mapping[str, Callable[[bytes], Report]] = {
-    kind.LEAF: kind.from_payload for kind in (Birth, Presence, DeviceState, Telemetry, DeviceEvent, ChunkRequest)
+    kind.LEAF: kind.from_payload for kind in (Birth, Presence, DeviceState, Telemetry, DeviceEvent, ChunkRequest, LogAnswer)
 }
 
 

@@ -28,8 +28,8 @@ __all__ = [
 ROOT = "edge/v1"
 
 # Device-to-controller topics (the device publishes) and controller-to-device topics.
-DEVICE_PUBLISHES = ("birth", "presence", "state", "events", "telemetry", "chunk-requests")
-DEVICE_SUBSCRIBES = ("desired", "commands")
+DEVICE_PUBLISHES = ("birth", "presence", "state", "events", "telemetry", "chunk-requests", "logs")
+DEVICE_SUBSCRIBES = ("desired", "commands", "config")  # config: edgecore/protocol/device_config.py
 # The controller's signed, retained proof that a broker is the fleet's: every device reads it, only the controller writes it.
 FLEET_BEACON = f"{ROOT}/fleet/beacon"
 

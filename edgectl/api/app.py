@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry
 from edgectl.api.accounts import Accounts
 from edgectl.api.admin import admin_routes
 from edgectl.api.context import ApiContext
+from edgectl.api.device_config import device_config_routes
+from edgectl.api.device_logs import device_log_routes
 from edgectl.api.devices import device_routes
 from edgectl.api.groups import group_routes
 from edgectl.api.metrics import FleetCollector, render
@@ -35,7 +37,8 @@ METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def api_routes(ctx: ApiContext) -> list[Route]:
     """Every route the server answers, the document and /metrics included."""
-    routes = [*device_routes(ctx), *package_routes(ctx), *rollout_routes(ctx), *group_routes(ctx), *admin_routes(ctx),
+    routes = [*device_routes(ctx), *device_log_routes(ctx), *device_config_routes(ctx),
+              *package_routes(ctx), *rollout_routes(ctx), *group_routes(ctx), *admin_routes(ctx),
               *webhook_routes(ctx)]
 
     def document(_request: Request) -> Response:
@@ -55,7 +58,8 @@ def api_context(store: Store, config: EdgectlConfig, controller: Any = None, key
     ring = keyring or Keyring()
     settings = config.api
     ctx = ApiContext(store, Accounts(store), lambda: package_keys(ring), CollectorRegistry(), config.deploy.timeout_s,
-                     settings.max_upload_mb << 20, settings.metrics_open, controller, _private_paths(store))
+                     settings.max_upload_mb << 20, settings.metrics_open, controller, _private_paths(store),
+                     approval_min_devices=config.controller.approval.min_devices)
     ctx.registry.register(FleetCollector(ctx))
     health = getattr(controller, "health", None)
     if health is not None:  # the controller's store, lease, broker and ingest buffer: there while the store is down

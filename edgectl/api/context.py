@@ -61,6 +61,7 @@ class ApiContext:
     metrics_open: bool = False
     controller: Any = None  # the Controller service when the API runs inside `controller run`
     private_paths: tuple[str, ...] = ()  # directories of this host that no answer names (edgectl.api.server)
+    approval_min_devices: int = 0  # controller.approval.min_devices: the two-person rule's size (edgectl.fleet.approvals)
     timer: StoreTimer = field(init=False)
     requests: ApiMetrics = field(init=False)
 

@@ -18,19 +18,21 @@ MEMBERS = {"type": "array", "items": {"type": "string", "minLength": 1},
 QUERY = {"type": "string", "description": "Dynamic group: a selector k=v[,k=v] over id, target, model, version, status, "
                                           "agent, site or tag keys, evaluated when the group is used."}
 DESCRIPTION = {"type": "string", "description": f"Free text, at most {MAX_DESCRIPTION} characters."}
+PROTECTED = {"type": "boolean", "description": "A rollout to this group waits for a second operator's approval "
+                                               "(POST /api/v1/rollouts/{rollout_id}/approve)."}
 CREATE_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["name", "kind"],
     "properties": {
         "name": {"type": "string", "minLength": 1, "description": "1-63 lower-case letters, digits, '.', '_', '-'; "
                                                                   "rollouts name it as group:NAME."},
         "kind": {"type": "string", "enum": [k.value for k in GroupKind]},
-        "members": MEMBERS, "query": QUERY, "description": DESCRIPTION,
+        "members": MEMBERS, "query": QUERY, "description": DESCRIPTION, "protected": PROTECTED,
     },
 }
 UPDATE_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False,
     "properties": {"members": {**MEMBERS, "description": "Static group: the new member list (replaces the old)."},
-                   "query": QUERY, "description": DESCRIPTION},
+                   "query": QUERY, "description": DESCRIPTION, "protected": PROTECTED},
 }
 T = TypeVar("T")
 
@@ -53,7 +55,8 @@ def group_routes(ctx: ApiContext) -> list[Route]:
     def create(request: Request) -> Response:
         body: dict[str, Any] = request.values["body"]
         group = _answer(lambda: create_group(ctx.store, body["name"], body["kind"], body.get("members", ()),
-                                             body.get("query", ""), body.get("description", ""), request.actor))
+                                             body.get("query", ""), body.get("description", ""), request.actor,
+                                             body.get("protected", False)))
         return Response(201, group.to_dict())
 
     def show(request: Request) -> Response:
@@ -63,9 +66,9 @@ def group_routes(ctx: ApiContext) -> list[Route]:
     def update(request: Request) -> Response:
         body: dict[str, Any] = request.values["body"]
         if not body:
-            raise ApiError(400, "body: give members, query or description", "body")
+            raise ApiError(400, "body: give members, query, description or protected", "body")
         group = _answer(lambda: update_group(ctx.store, request.path_params["name"], body.get("members"), body.get("query"),
-                                             body.get("description"), request.actor))
+                                             body.get("description"), request.actor, body.get("protected")))
         return Response(200, group.to_dict())
 
     def delete(request: Request) -> Response:
@@ -81,8 +84,8 @@ def group_routes(ctx: ApiContext) -> list[Route]:
                                              409: "A group of that name exists"}, tag="groups"),
         Route("GET", "/api/v1/groups/{name}", Role.VIEWER, "One group and the devices it resolves to now.", show,
               responses={200: "OK", 404: "No such group"}, tag="groups"),
-        Route("PATCH", "/api/v1/groups/{name}", Role.OPERATOR, "Replace a group's members (static), query (dynamic) or "
-              "description; a running rollout keeps the devices it resolved.", update, body=UPDATE_SCHEMA,
+        Route("PATCH", "/api/v1/groups/{name}", Role.OPERATOR, "Replace a group's members (static), query (dynamic), "
+              "description or protected flag; a running rollout keeps the devices it resolved.", update, body=UPDATE_SCHEMA,
               responses={200: "Changed", 400: "Bad body (names the field); nothing stored", 404: "No such group"},
               tag="groups"),
         Route("DELETE", "/api/v1/groups/{name}", Role.OPERATOR, "Delete a group no running rollout was planned from.", delete,

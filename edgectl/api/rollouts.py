@@ -1,4 +1,5 @@
-"""``/api/v1/rollouts``: list, create (or dry-run), status with waves and gates, pause/resume/abort/retry-failed."""
+"""``/api/v1/rollouts``: list, create (or dry-run, or schedule), status with waves and gates, pause/resume/abort/
+retry-failed, and a second operator's approve/reject of a rollout awaiting approval."""
 
 from __future__ import annotations
 
@@ -13,8 +14,18 @@ from edgectl.api.router import MAX_INT, ApiError, Param, Request, Response, Rout
 from edgectl.controller.accounts import Role
 from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
 from edgectl.controller.planner import parse_waves
-from edgectl.controller.records import RolloutStatus
-from edgectl.fleet import FleetRequest, deploy_uploaded, request_action, rollout_status, rollout_summary
+from edgectl.controller.records import RolloutRow, RolloutStatus
+from edgectl.fleet import (
+    ApprovalRefused,
+    FleetRequest,
+    approve_rollout,
+    deploy_uploaded,
+    reject_rollout,
+    request_action,
+    rollout_status,
+    rollout_summary,
+)
+from edgectl.fleet.approvals import MAX_REASON, reject_reason
 
 __all__ = ["CREATE_SCHEMA", "rollout_routes"]
 
@@ -39,7 +50,15 @@ CREATE_SCHEMA: dict[str, Any] = {
                            "description": "Pacing: desired states sent a minute within a wave, evenly spaced (0: the whole "
                                           "wave at once), as `edgectl deploy --fleet --max-per-minute`."},
         "dry_run": {"type": "boolean", "description": "Return the plan; record nothing."},
+        "start_at": {"type": "string", "format": "date-time",
+                     "description": "Start time, ISO 8601 with an offset (e.g. 2026-11-28T02:00:00+01:00), after the "
+                                    "controller's clock: the rollout is `scheduled` until then."},
     },
+}
+REJECT_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False, "required": ["reason"],
+    "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": MAX_REASON,
+                              "description": "Why, in one line (kept in the audit log and the rollout's reason)."}},
 }
 ACTIONS = {
     "pause": "Stop starting and promoting waves; devices updating finish.",
@@ -67,7 +86,8 @@ def fleet_request(body: dict[str, Any], packages: list[Path]) -> FleetRequest:
     request = FleetRequest(packages, body["selector"], body.get("waves", "1,10%,50%,100%"), body.get("max_failure", "5%"),
                            body.get("bake", "10m"), tuple(body.get("gates", ())), body.get("shadow", False),
                            body.get("allow_downgrade", False), body.get("dry_run", False),
-                           max_per_minute=body.get("max_per_minute", 0), allow_no_data=body.get("allow_no_data", False))
+                           max_per_minute=body.get("max_per_minute", 0), allow_no_data=body.get("allow_no_data", False),
+                           start_at=body.get("start_at"))
     _checked("waves", lambda: parse_waves(request.waves))
     _checked("max_failure", lambda: parse_rate(request.max_failure, "max_failure"))
     _checked("bake", lambda: parse_duration(request.bake, "bake"))
@@ -99,9 +119,10 @@ def rollout_routes(ctx: ApiContext) -> list[Route]:
             paths.append(Path(uploaded[variant].path))
         fleet = fleet_request(body, paths)
         try:
-            plan, rollout_id = deploy_uploaded(fleet, ctx.store, ctx.trusted(), ctx.wave_timeout_s, request.actor)
+            plan, rollout_id = deploy_uploaded(fleet, ctx.store, ctx.trusted(), ctx.wave_timeout_s, request.actor,
+                                               ctx.approval_min_devices)
         except UserError as exc:
-            field = "selector" if str(exc).startswith("selector") else None
+            field = next((f for f in ("selector", "start_at") if str(exc).startswith(f)), None)
             raise ApiError(400, str(exc), field) from None
         return Response(201 if rollout_id else 200, {"rollout_id": rollout_id, "dry_run": fleet.dry_run, "plan": plan.to_dict()})
 
@@ -122,6 +143,18 @@ def rollout_routes(ctx: ApiContext) -> list[Route]:
             return Response(202, {"rollout_id": rollout_id, "requested": name})
         return run
 
+    def approve(request: Request) -> Response:
+        rollout_id = request.path_params["rollout_id"]
+        rollout = _decided(lambda: approve_rollout(ctx.store, rollout_id, request.actor))
+        return Response(200, {"rollout_id": rollout_id, "status": rollout.status.value, "approved_by": request.actor})
+
+    def reject(request: Request) -> Response:
+        rollout_id = request.path_params["rollout_id"]
+        reason = request.values["body"]["reason"]
+        _checked("reason", lambda: reject_reason(reason))
+        rollout = _decided(lambda: reject_rollout(ctx.store, rollout_id, request.actor, reason))
+        return Response(200, {"rollout_id": rollout_id, "status": rollout.status.value, "reason": rollout.reason})
+
     routes = [
         Route("GET", "/api/v1/rollouts", Role.VIEWER, "List rollouts, newest first, with device counts.", list_rollouts,
               LIST_PARAMS, tag="rollouts"),
@@ -136,4 +169,26 @@ def rollout_routes(ctx: ApiContext) -> list[Route]:
         routes.append(Route("POST", f"/api/v1/rollouts/{{rollout_id}}/{name}", Role.OPERATOR, summary, action(name),
                             responses={202: "Requested; the controller applies it within a second", 404: "No such rollout",
                                        409: f"{name} does not apply in the rollout's status"}, tag="rollouts"))
+    routes.append(Route("POST", "/api/v1/rollouts/{rollout_id}/approve", Role.OPERATOR,
+                        "Approve a rollout awaiting approval (two-person rule: not its creator); it then starts at its "
+                        "start time, or at once.", approve,
+                        responses={200: "Approved: scheduled", 403: "Its creator may not approve it (two-person rule)",
+                                   404: "No such rollout", 409: "It is not awaiting approval"}, tag="rollouts"))
+    routes.append(Route("POST", "/api/v1/rollouts/{rollout_id}/reject", Role.OPERATOR,
+                        "Reject a rollout awaiting approval, with a reason: it ends rejected, nothing sent.", reject,
+                        body=REJECT_SCHEMA, responses={200: "Rejected", 400: "Bad body (names the field)",
+                                                       404: "No such rollout", 409: "It is not awaiting approval"},
+                        tag="rollouts"))
     return routes
+
+
+def _decided(decide: Callable[[], RolloutRow]) -> RolloutRow:
+    """Approve or reject: the creator approving is 403 (two-person rule), a rollout not awaiting approval 409."""
+    try:
+        return decide()
+    except NotFoundError:
+        raise
+    except ApprovalRefused as exc:
+        raise ApiError(403, str(exc)) from None
+    except UserError as exc:
+        raise ApiError(409, str(exc)) from None

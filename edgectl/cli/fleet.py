@@ -61,6 +61,9 @@ def deploy(
     allow_no_data: bool = typer.Option(
         False, "--allow-no-data", help="Promote a baked wave even when a gate has no data (no latency baseline, no "
         "requests); recorded in the rollout. Without it such a wave waits for data, then halts."),
+    start_at: str | None = typer.Option(
+        None, "--start-at", help="With --fleet: start the rollout then (ISO 8601 with an offset, e.g. "
+        "2026-11-28T02:00:00+01:00), by the controller's clock; it is `scheduled` until then."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
     """Deploy a model: directly to --device IDs, or as a staged rollout to a --fleet selector.
@@ -71,9 +74,12 @@ def deploy(
         raise UserError("give either --device ID... (direct) or --fleet SELECTOR (staged rollout)")
     if fleet is not None:
         request = FleetRequest(artifacts, fleet, waves, max_failure, bake, gate, shadow, allow_downgrade, dry_run,
-                               artifact_urls=artifact_url, max_per_minute=max_per_minute, allow_no_data=allow_no_data)
+                               artifact_urls=artifact_url, max_per_minute=max_per_minute, allow_no_data=allow_no_data,
+                               start_at=start_at)
         fleet_deploy(ctx, request, wait, as_json)
         return
+    if start_at is not None:
+        raise UserError("--start-at schedules a --fleet rollout; a --device deploy runs now")
     if len(artifacts) > 1 and (name or version):
         raise UserError("--name and --version build one .onnx model; give several artifacts as .edgepkg packages")
     urls = check_artifact_urls(artifact_url, len(artifacts))

@@ -1,4 +1,4 @@
-"""Device group commands: ``group create|list|show|add|remove|delete`` on the controller store.
+"""Device group commands: ``group create|list|show|add|remove|protect|delete`` on the controller store.
 
 Only arguments and printing live here; what the commands do is :mod:`edgectl.fleet.groups`.
 """
@@ -15,7 +15,16 @@ from edgectl.cli.output import console, print_json, print_table
 from edgectl.config import load_edgectl_config
 from edgectl.controller.groups import DeviceGroup, GroupKind
 from edgectl.controller.store import Store
-from edgectl.fleet import add_members, create_group, delete_group, group_detail, group_list, open_store, remove_members
+from edgectl.fleet import (
+    add_members,
+    create_group,
+    delete_group,
+    group_detail,
+    group_list,
+    open_store,
+    remove_members,
+    update_group,
+)
 
 NAME = typer.Argument(..., help="Group name (see `edgectl group list`).")
 DEVICES = typer.Argument(..., help="Device ids (see `edgectl devices`).")
@@ -37,7 +46,9 @@ def _print_group(group: DeviceGroup, verb: str, as_json: bool) -> None:
     if as_json:
         print_json(group.to_dict())
     else:
-        console.print(f"group {group.name} ({group.kind}) {verb}: {_said(group)}; target it with --fleet {group.selector}")
+        protected = ", protected: rollouts to it wait for approval" if group.protected else ""
+        console.print(f"group {group.name} ({group.kind}{protected}) {verb}: {_said(group)}; "
+                      f"target it with --fleet {group.selector}")
 
 
 @group_app.command("create")
@@ -48,11 +59,12 @@ def group_create(
     query: str | None = typer.Option(None, "--query", "-q", help="Make a dynamic group of this selector (k=v[,k=v] over "
                                      "id, target, model, version, status, agent, site or tag keys), evaluated when used."),
     description: str = typer.Option("", "--description", help="Free text."),
+    protected: bool = typer.Option(False, "--protected", help="A rollout to it waits for a second operator's approval."),
     as_json: bool = JSON,
 ) -> None:
     """Create a static group (--member ID...) or a dynamic group (--query SELECTOR)."""
     kind = GroupKind.STATIC if query is None else GroupKind.DYNAMIC
-    group = create_group(_store(ctx), name, kind.value, member, query or "", description, _actor())
+    group = create_group(_store(ctx), name, kind.value, member, query or "", description, _actor(), protected)
     _print_group(group, "created", as_json)
 
 
@@ -96,6 +108,18 @@ def group_add(ctx: typer.Context, name: str = NAME, device_ids: list[str] = DEVI
 def group_remove(ctx: typer.Context, name: str = NAME, device_ids: list[str] = DEVICES, as_json: bool = JSON) -> None:
     """Take devices out of a static group."""
     _print_group(remove_members(_store(ctx), name, device_ids, _actor()), "changed", as_json)
+
+
+@group_app.command("protect")
+def group_protect(
+    ctx: typer.Context,
+    name: str = NAME,
+    off: bool = typer.Option(False, "--off", help="Take the protection off."),
+    as_json: bool = JSON,
+) -> None:
+    """Mark a group protected: a rollout to it waits for a second operator's approval (--off: no longer)."""
+    group = update_group(_store(ctx), name, protected=not off, actor=_actor())
+    _print_group(group, "changed", as_json)
 
 
 @group_app.command("delete")

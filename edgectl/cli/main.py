@@ -22,6 +22,8 @@ COMMANDS = (
     "artifacts",  # artifacts serve|publish
     "broker",  # broker
     "controller",  # controller run
+    "device_config",  # device config set|show
+    "device_logs",  # device logs
     "fleet",  # deploy, devices
     "groups",  # group create|list|show|add|remove|delete
     "lifecycle",  # device decommission|delete, package list|delete, audit

@@ -1,4 +1,5 @@
-"""Rollout commands: ``deploy --fleet``, ``rollout list|status|log|pause|resume|abort|retry-failed``, ``device show``.
+"""Rollout commands: ``deploy --fleet``, ``rollout list|status|log|pause|resume|abort|retry-failed|approve|reject``,
+``device show``.
 
 Only arguments and printing live here; what the commands do is :mod:`edgectl.fleet`.
 """
@@ -14,6 +15,7 @@ from rich.live import Live
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.table import Table
 
+from edgectl.cli.access import _actor
 from edgectl.cli.app import app, options
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.cli.security import device_app
@@ -23,10 +25,12 @@ from edgectl.controller.records import FINISHED
 from edgectl.controller.store import Store
 from edgectl.fleet import (
     FleetRequest,
+    approve_rollout,
     check_done,
     deploy_fleet,
     device_detail,
     open_store,
+    reject_rollout,
     request_action,
     rollout_summary,
     wait_rollout,
@@ -46,7 +50,7 @@ def _store(ctx: typer.Context) -> Store:
 def fleet_deploy(ctx: typer.Context, request: FleetRequest, wait: bool, as_json: bool) -> None:
     """Plan a staged rollout and hand it to the controller (see `deploy --help`)."""
     opts = options(ctx)
-    plan, rollout_id = deploy_fleet(request, opts.broker, load_edgectl_config(opts.config))
+    plan, rollout_id = deploy_fleet(request, opts.broker, load_edgectl_config(opts.config), _actor())
     if rollout_id is None:
         return _print_plan(plan, as_json)
     if as_json and not wait:
@@ -55,6 +59,12 @@ def fleet_deploy(ctx: typer.Context, request: FleetRequest, wait: bool, as_json:
     if not as_json:
         console.print(f"rollout {rollout_id}: {len(plan.devices)} device(s) in {plan.waves} wave(s); "
                       f"{len(plan.skipped)} skipped. `edgectl controller run` drives it.")
+        summary = rollout_summary(_store(ctx), rollout_id)
+        if summary["approval"]:
+            console.print(f"awaiting approval ({summary['approval']}): `edgectl rollout approve {rollout_id}` "
+                          "by another operator")
+        elif summary["status"] == "scheduled":
+            console.print(f"scheduled: starts at {summary['start_at']}")
     if wait:
         _follow(_store(ctx), rollout_id, as_json)
 
@@ -190,6 +200,32 @@ def rollout_abort(ctx: typer.Context, rollout_id: str = ROLLOUT_ID, as_json: boo
 def rollout_retry(ctx: typer.Context, rollout_id: str = ROLLOUT_ID, as_json: bool = JSON) -> None:
     """Send the update again to the failed devices of started waves; they join the current wave."""
     _request(ctx, rollout_id, "retry-failed", as_json)
+
+
+@rollout_app.command("approve")
+def rollout_approve(ctx: typer.Context, rollout_id: str = ROLLOUT_ID, as_json: bool = JSON) -> None:
+    """Approve a rollout awaiting approval (two-person rule: not as its creator); it starts at its start time, or now."""
+    rollout = approve_rollout(_store(ctx), rollout_id, _actor())
+    if as_json:
+        print_json({"rollout_id": rollout_id, "status": rollout.status.value, "approved_by": _actor()})
+    else:
+        console.print(f"rollout {rollout_id} approved by {_actor()}: {rollout.status}; the controller starts it "
+                      "at its start time, or within a second")
+
+
+@rollout_app.command("reject")
+def rollout_reject(
+    ctx: typer.Context,
+    rollout_id: str = ROLLOUT_ID,
+    reason: str = typer.Option(..., "--reason", help="Why, in one line (kept in the audit log)."),
+    as_json: bool = JSON,
+) -> None:
+    """Reject a rollout awaiting approval: it ends rejected and nothing is sent."""
+    rollout = reject_rollout(_store(ctx), rollout_id, _actor(), reason)
+    if as_json:
+        print_json({"rollout_id": rollout_id, "status": rollout.status.value, "reason": rollout.reason})
+    else:
+        console.print(f"rollout {rollout_id} {rollout.status}: {rollout.reason}")
 
 
 @device_app.command("show")

@@ -7,8 +7,10 @@ already took it ignore. Device reports are applied by :class:`edgectl.controller
 engine's collaborator (``Engine.reports``), which also sends the rollbacks a halt asks for.
 
 Rollout statuses change only through the table in :mod:`edgectl.controller.lifecycle`
-(:meth:`Engine._transition`): operator requests and the engine's verdicts (halt, complete,
-settled) are its events.
+(:meth:`Engine._transition`): operator requests and the engine's verdicts (start, halt, complete,
+settled) are its events. A ``scheduled`` rollout starts on the first tick at or after its start
+time by this engine's clock (the store's, :mod:`edgectl.controller.clock`), so replicas agree on
+when; one awaiting approval is left alone until a second operator decides (edgectl.fleet.approvals).
 
 Halting and aborting do the same to devices: those not sent yet are cancelled (an offline device's
 retained desired state is replaced by an empty one, so it does not catch up later), and those that
@@ -45,6 +47,7 @@ from edgectl.controller.records import (
     RolloutStatus,
 )
 from edgectl.controller.reports import Publisher, Reports
+from edgectl.controller.schedule import iso_utc
 from edgectl.controller.screen import Screen
 from edgectl.controller.store import Store
 
@@ -123,12 +126,26 @@ class Engine:
         self.sets.refresh()  # rollouts recorded since keep packages a set may name
         self.screen.refresh()
         self.gone = self.store.decommissioned_ids()
+        self._start_due()
         for rollout in self.store.rollouts(ACTIVE):
             rows = self._members(rollout, self.store.rollout_devices(rollout.id))
             if rollout.status in (S.RUNNING, S.PAUSED):
                 self.phases[rollout.phase](rollout, [r for r in rows if r.wave == rollout.wave])
             else:
                 self._finish_stop(rollout, rows)
+
+    def _start_due(self) -> None:
+        """Start the scheduled rollouts whose start time came (those without one at once); the first wave starts now."""
+        now = self.clock()
+        for rollout in self.store.rollouts((S.SCHEDULED,)):
+            start_at = rollout.spec.start_at
+            if start_at is not None and start_at > now:
+                continue
+            rollout.phase, rollout.phase_since = Phase.START, now
+            with self.store.batch():
+                self._transition(rollout, E.START, "")
+                when = "approved, no start time" if start_at is None else f"start time {iso_utc(start_at)} reached"
+                self.store.audit("rollout started", when, rollout.id)
 
     def _members(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> list[RolloutDevice]:
         """The rows of fleet members. A decommissioned device's part that was not finished is cancelled (nothing is sent

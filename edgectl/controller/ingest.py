@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from edgecore.errors import EdgeError
+from edgecore.errors import EdgeError, ProtocolError
 from edgecore.protocol import topics
 from edgecore.protocol.reports import (
     Birth,
@@ -35,6 +35,7 @@ from edgecore.protocol.reports import (
     DeviceEvent,
     DeviceState,
     IdentityMismatch,
+    LogAnswer,
     Presence,
     Report,
     Telemetry,
@@ -43,6 +44,7 @@ from edgecore.protocol.reports import (
 from edgecore.transport import Message, MqttTransport
 from edgectl.controller.history import telemetry_point
 from edgectl.controller.inbox import Drops
+from edgectl.controller.logs import take_answer
 from edgectl.controller.records import DeviceRecord
 from edgectl.controller.store import Store
 
@@ -176,6 +178,11 @@ class Ingest:
         except IdentityMismatch as exc:
             self.drops.count("identity", message.topic, str(exc))
             return None
+        except ProtocolError as exc:
+            if not message.topic.endswith(f"/{LogAnswer.LEAF}"):
+                raise
+            self.drops.count("malformed-logs", message.topic, str(exc))  # an operator waits on it: counted, not just logged
+            return None
         if self.decommissioned(report.device_id):
             self.drops.count("decommissioned", message.topic, f"device {report.device_id} was decommissioned")
             return None
@@ -199,6 +206,9 @@ class Ingest:
         elif isinstance(report, DeviceState):
             self.store.upsert_device(report.device_id, state=report, last_seen=received, state_at=received)
             return StateReport(report.device_id, report)
+        elif isinstance(report, LogAnswer):
+            if not take_answer(self.store, report, received):
+                self.drops.count("unasked-logs", message.topic, f"answer {report.request_id} to no open request of the device")
         else:
             self._telemetry(report, received)
         return None

@@ -1,6 +1,7 @@
 """The rollout lifecycle: one table of (status, event) -> status that every status change goes through.
 
-Operator requests (pause, resume, abort, retry-failed) and the engine's own verdicts (a gate
+Operator requests (pause, resume, abort, retry-failed), a second operator's decision on a rollout
+awaiting approval (approve, reject) and the engine's own verdicts (the start time came, a gate
 failed, the last wave was promoted, every device of a stopped rollout confirmed or the wait timed
 out) are events; :func:`advance` looks the pair up and refuses one the table does not hold, so a
 status can never move in a way nobody wrote down. The phases of a wave (``start`` -> ``installing``
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from edgecore.errors import InternalError
 from edgectl.controller.records import RolloutStatus
 
-__all__ = ["REQUESTS", "TRANSITIONS", "IllegalTransition", "RolloutEvent", "advance", "applies_to"]
+__all__ = ["DECISIONS", "REQUESTS", "TRANSITIONS", "IllegalTransition", "RolloutEvent", "advance", "applies_to"]
 
 S = RolloutStatus
 
@@ -26,7 +27,11 @@ class RolloutEvent(str, enum.Enum):
     RESUME = "resume"
     ABORT = "abort"
     RETRY_FAILED = "retry-failed"
+    # A second operator's decision (two-person rule, edgectl.fleet.approvals), applied where it is made.
+    APPROVE = "approve"
+    REJECT = "reject"
     # The engine's verdicts.
+    START = "start"  # a scheduled rollout's start time came (at once when it has none)
     HALT = "halt"  # a gate failed (or a shadow run disagreed): roll the wave back
     COMPLETE = "complete"  # the last wave was promoted
     SETTLED = "settled"  # a halted or aborted rollout: every device confirmed, or the wave timeout passed
@@ -35,6 +40,11 @@ class RolloutEvent(str, enum.Enum):
 E = RolloutEvent
 
 TRANSITIONS: Mapping[tuple[RolloutStatus, RolloutEvent], RolloutStatus] = {
+    (S.AWAITING_APPROVAL, E.APPROVE): S.SCHEDULED,  # then it starts at its start time, or at once
+    (S.AWAITING_APPROVAL, E.REJECT): S.REJECTED,  # nothing was sent: its devices are cancelled
+    (S.AWAITING_APPROVAL, E.ABORT): S.ABORTING,  # cancelled before it started (settles on the next tick)
+    (S.SCHEDULED, E.ABORT): S.ABORTING,
+    (S.SCHEDULED, E.START): S.RUNNING,
     (S.RUNNING, E.PAUSE): S.PAUSED,  # no wave starts or promotion; gates keep watching
     (S.PAUSED, E.RESUME): S.RUNNING,
     (S.RUNNING, E.ABORT): S.ABORTING,
@@ -53,6 +63,11 @@ TRANSITIONS: Mapping[tuple[RolloutStatus, RolloutEvent], RolloutStatus] = {
 REQUESTS: Mapping[str, tuple[RolloutStatus, ...]] = {
     event.value: tuple(status for (status, e) in TRANSITIONS if e is event)
     for event in (E.PAUSE, E.RESUME, E.ABORT, E.RETRY_FAILED)
+}
+
+# A second operator's decisions and the statuses each applies to, read off the table (applied by edgectl.fleet.approvals).
+DECISIONS: Mapping[str, tuple[RolloutStatus, ...]] = {
+    event.value: tuple(status for (status, e) in TRANSITIONS if e is event) for event in (E.APPROVE, E.REJECT)
 }
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "FINAL",
     "FINISHED",
     "IN_FLIGHT",
+    "PENDING",
     "UNSENT",
     "AuditEntry",
     "DeviceEventRow",
@@ -53,6 +54,8 @@ class _Label(str, enum.Enum):
 class RolloutStatus(_Label):
     """Where a rollout stands; :mod:`edgectl.controller.lifecycle` holds its transitions."""
 
+    SCHEDULED = "scheduled"  # approved (or needing no approval), waiting for its start time
+    AWAITING_APPROVAL = "awaiting-approval"  # waiting for a second operator (two-person rule)
     RUNNING = "running"
     PAUSED = "paused"
     ROLLING_BACK = "rolling-back"
@@ -60,6 +63,7 @@ class RolloutStatus(_Label):
     ROLLED_BACK = "rolled-back"
     ABORTED = "aborted"
     DONE = "done"
+    REJECTED = "rejected"  # a second operator refused it before it started
 
 
 class Phase(_Label):
@@ -90,7 +94,8 @@ class DeviceStatus(_Label):
 
 
 ACTIVE = (RolloutStatus.RUNNING, RolloutStatus.PAUSED, RolloutStatus.ROLLING_BACK, RolloutStatus.ABORTING)
-FINAL = (RolloutStatus.DONE, RolloutStatus.ROLLED_BACK, RolloutStatus.ABORTED)
+FINAL = (RolloutStatus.DONE, RolloutStatus.ROLLED_BACK, RolloutStatus.ABORTED, RolloutStatus.REJECTED)
+PENDING = (RolloutStatus.SCHEDULED, RolloutStatus.AWAITING_APPROVAL)  # recorded, nothing sent yet
 IN_FLIGHT = (DeviceStatus.SENT, DeviceStatus.RUNNING)
 UNSENT = (DeviceStatus.SKIPPED, DeviceStatus.PLANNED, DeviceStatus.CANCELLED, DeviceStatus.SUPERSEDED, DeviceStatus.REFUSED)
 COUNTED_FAILED = (DeviceStatus.FAILED, DeviceStatus.ROLLED_BACK)
@@ -149,6 +154,9 @@ class RolloutSpec:
     max_per_minute: int = 0  # desired states sent per minute within a wave; 0: the whole wave at once
     artifact_urls: tuple[str, ...] = ()  # where devices may fetch payloads by HTTP(S) ({artifact_id} filled in)
     allow_no_data: bool = False  # --allow-no-data: a gate without data does not hold a baked wave
+    start_at: float | None = None  # --start-at: the engine starts it then, by the store's clock (None: at once)
+    approval: str = ""  # why it waits for a second operator's approval ("": it needs none)
+    created_by: str = ""  # who recorded it: the one operator who may not approve it
 
     @property
     def model(self) -> str:
@@ -172,7 +180,8 @@ class RolloutSpec:
                 "max_failure": self.max_failure, "bake_s": self.bake_s, "gates": list(self.gates), "silence_s": self.silence_s,
                 "shadow": self.shadow, "allow_downgrade": self.allow_downgrade, "wave_timeout_s": self.wave_timeout_s,
                 "max_per_minute": self.max_per_minute, "artifact_urls": list(self.artifact_urls),
-                "allow_no_data": self.allow_no_data}
+                "allow_no_data": self.allow_no_data, "start_at": self.start_at, "approval": self.approval,
+                "created_by": self.created_by}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RolloutSpec:
@@ -185,6 +194,8 @@ class RolloutSpec:
             max_per_minute=int(d.get("max_per_minute", 0)),
             artifact_urls=tuple(str(u) for u in d.get("artifact_urls") or ()),
             allow_no_data=bool(d.get("allow_no_data", False)),
+            start_at=None if d.get("start_at") is None else float(d["start_at"]), approval=str(d.get("approval") or ""),
+            created_by=str(d.get("created_by") or ""),
         )
 
 

@@ -36,12 +36,14 @@ from edgecore.protocol.reports import DeviceEvent
 from edgecore.transport import TransportFactory
 from edgectl.artifacts.chunk_server import ArtifactServer, ServedArtifact
 from edgectl.controller.clock import StoreClock
+from edgectl.controller.device_config import ConfigSender
 from edgectl.controller.engine import Engine
 from edgectl.controller.health import ControllerHealth, Probes
 from edgectl.controller.inbox import Drops, Inbox, InboxLimits, Received
 from edgectl.controller.ingest import EventReport, FollowUp, Ingest, LiveBirth
 from edgectl.controller.leader import Leadership
 from edgectl.controller.link import Link
+from edgectl.controller.logs import send_pending
 from edgectl.controller.reconcile import EVERY_S, Reconciler, reconcile
 from edgectl.controller.records import (
     ACTIVE,
@@ -127,6 +129,7 @@ class Controller:
         self.ingest = Ingest(store, self.drops)
         self.fenced = store.fenced(self.leader.token)  # what the engine writes: refused once another controller leads
         self.engine = Engine(self.fenced, self, backend_fallback, self.clock)
+        self.configs = ConfigSender()  # desired device configurations, published retained by the leader
         self.reconciler = Reconciler(transport_factory, reconcile_s)
         self.health = ControllerHealth(Probes(
             leading=lambda: self.leader.leading, epoch=self._epoch,
@@ -221,6 +224,7 @@ class Controller:
             self._reconnected.clear()
             self.reconciler.due("reconnect")
             self._beacon_at = 0.0
+            self.configs.republish()
             # A replica that takes over later finds the retained desired states in place.
             count = self.engine.reports.republish() if self.leader.leading else 0
             if count:
@@ -248,6 +252,8 @@ class Controller:
         for rollout_id, action in self.fenced.take_requests():
             self.engine.request(rollout_id, action)
         self._apply_unclaimed()
+        send_pending(self.store, self.key, self.send, time.time())  # operators' log requests, from any replica
+        self.configs.send(self.store, self.key, self._publish_config, self.engine.gone, time.time())
         self._serve_active()
         self.engine.tick()
         self._withdraw()
@@ -263,10 +269,14 @@ class Controller:
         cleared on the broker, once (an empty retained message removes it; agents refuse the empty one they may get)."""
         for device_id in self.fenced.unwithdrawn():
             cleared = [self.transport.publish(topics.device(device_id, leaf), b"", qos=1, retain=True, wait=5.0)
-                       for leaf in ("desired", "commands")]
+                       for leaf in ("desired", "commands", "config")]
             if all(cleared):
                 self.fenced.mark_withdrawn(device_id, self.clock())
                 self.fenced.audit("device withdrawn", "its retained desired state cleared on the broker", device_id=device_id)
+
+    def _publish_config(self, device_id: str, payload: bytes) -> bool:
+        """A signed device configuration, retained (edgectl/controller/device_config.py)."""
+        return self.transport.publish(topics.device(device_id, "config"), payload, qos=1, retain=True, wait=5.0)
 
     def _beacon(self) -> None:
         """Keep the fleet's signed beacon retained (edgecore/protocol/beacon.py): agents leave brokers without it."""

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from edgectl.controller.gates import parse_gate
 from edgectl.controller.planner import Plan, package_ref
 from edgectl.controller.records import DeviceStatus, Phase, RolloutDevice, RolloutRow, RolloutSpec, RolloutStatus
+from edgectl.controller.schedule import iso_utc
 from edgectl.controller.store import Store
 
 __all__ = ["RolloutOptions", "submit_rollout"]
@@ -31,6 +32,8 @@ class RolloutOptions:
     artifact_urls: tuple[str, ...] = ()  # checked by edgectl.artifacts.urls.check_artifact_urls
     max_per_minute: int = 0  # pace: desired states sent a minute within a wave (0: all at once)
     allow_no_data: bool = False  # a gate without data does not hold a baked wave (recorded in the spec)
+    start_at: float | None = None  # the rollout waits, ``scheduled``, until then (checked by controller.schedule)
+    approval: str = ""  # why it must wait for a second operator's approval ("": it need not)
 
 
 def _gates(options: RolloutOptions) -> tuple[list[str], float]:
@@ -52,14 +55,14 @@ def rollout_spec(store: Store, plan: Plan, options: RolloutOptions) -> RolloutSp
     return RolloutSpec(options.selector, tuple(packages), plan.waves, options.max_failure, options.bake_s, tuple(gates),
                        silence_s, options.shadow, options.allow_downgrade, options.wave_timeout_s,
                        artifact_urls=options.artifact_urls, max_per_minute=options.max_per_minute,
-                       allow_no_data=options.allow_no_data)
+                       allow_no_data=options.allow_no_data, start_at=options.start_at, approval=options.approval)
 
 
 def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str = "operator") -> str:
     """Keep the packages, record the rollout and its devices; return its id (audited as ``actor``)."""
     rollout_id = f"r-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    spec = rollout_spec(store, plan, options)
-    status = RolloutStatus.RUNNING if plan.waves else RolloutStatus.DONE
+    spec = replace(rollout_spec(store, plan, options), created_by=actor)
+    status = _first_status(plan, options)
     rollout = RolloutRow(rollout_id, time.time(), status, spec, wave=1, phase=Phase.START)
     rows = [RolloutDevice(rollout_id, d.device_id, d.wave, d.variant or "", DeviceStatus.PLANNED) for d in plan.devices]
     rows += [RolloutDevice(rollout_id, d.device_id, 0, "", DeviceStatus.SKIPPED, detail=d.reason) for d in plan.skipped]
@@ -72,4 +75,18 @@ def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str
                                                       if spec.allow_no_data else ""), rollout_id, actor=actor)
     for d in plan.refused:
         store.audit("device refused", d.reason, rollout_id, d.device_id, actor=actor)
+    if status is RolloutStatus.AWAITING_APPROVAL:
+        store.audit("rollout awaiting approval", f"{options.approval}: a second operator approves or rejects it",
+                    rollout_id, actor=actor)
+    elif status is RolloutStatus.SCHEDULED and options.start_at is not None:
+        store.audit("rollout scheduled", f"starts at {iso_utc(options.start_at)}", rollout_id, actor=actor)
     return rollout_id
+
+
+def _first_status(plan: Plan, options: RolloutOptions) -> RolloutStatus:
+    """Nothing to send: done; else awaiting approval when it needs one, scheduled when it has a start time, else running."""
+    if not plan.waves:
+        return RolloutStatus.DONE
+    if options.approval:
+        return RolloutStatus.AWAITING_APPROVAL
+    return RolloutStatus.SCHEDULED if options.start_at is not None else RolloutStatus.RUNNING

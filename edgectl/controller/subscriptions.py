@@ -28,7 +28,7 @@ __all__ = ["PLAIN_LEAVES", "TelemetrySubscription", "TelemetryWatch", "telemetry
 
 log = logging.getLogger(__name__)
 
-PLAIN_LEAVES = ("birth", "presence", "state", "events")
+PLAIN_LEAVES = ("birth", "presence", "state", "events", "logs")
 
 
 def telemetry_filter(share_group: str, replicated: bool, shared_available: bool) -> str:

@@ -6,6 +6,7 @@ handler does the same with JSON. Errors are :mod:`edgecore.errors` exceptions wi
 
 from __future__ import annotations
 
+from edgectl.fleet.approvals import ApprovalRefused, approve_rollout, reject_rollout
 from edgectl.fleet.groups import (
     add_members,
     create_group,
@@ -33,8 +34,10 @@ from edgectl.fleet.rollouts import (
 )
 
 __all__ = [
+    "ApprovalRefused",
     "FleetRequest",
     "add_members",
+    "approve_rollout",
     "check_done",
     "check_downgrade",
     "create_group",
@@ -52,6 +55,7 @@ __all__ = [
     "open_store",
     "package_keys",
     "plan_fleet_rollout",
+    "reject_rollout",
     "remove_members",
     "request_action",
     "rollout_gates",

@@ -24,7 +24,7 @@ from edgectl.controller.groups import (
     matching,
     resolve_group,
 )
-from edgectl.controller.records import ACTIVE, DeviceRecord
+from edgectl.controller.records import ACTIVE, PENDING, DeviceRecord
 from edgectl.controller.selector import FIELDS, parse_selector
 from edgectl.controller.store import Store
 
@@ -49,11 +49,12 @@ def device_chooser(store: Store | None, selector: str) -> Chooser:
 
 
 def create_group(store: Store, name: str, kind: str, members: Sequence[str] = (), query: str = "", description: str = "",
-                 actor: str = "operator") -> DeviceGroup:
-    """Check and keep a new group; GroupConflict when the name is taken."""
+                 actor: str = "operator", protected: bool = False) -> DeviceGroup:
+    """Check and keep a new group; GroupConflict when the name is taken. A rollout to a ``protected`` group waits
+    for a second operator's approval."""
     now = store.now()
     group = _checked(store, DeviceGroup(check_group_name(name), _kind(kind), tuple(members), query.strip(), description,
-                                        actor, now, now))
+                                        actor, now, now, protected))
     if not store.add_group(group):
         raise GroupConflict(f"a device group named {name!r} exists (see `edgectl group show {name}`)", "name")
     store.audit("group created", _said(group), actor=actor)
@@ -61,12 +62,13 @@ def create_group(store: Store, name: str, kind: str, members: Sequence[str] = ()
 
 
 def update_group(store: Store, name: str, members: Sequence[str] | None = None, query: str | None = None,
-                 description: str | None = None, actor: str = "operator") -> DeviceGroup:
-    """Replace a group's members (static), query (dynamic) or description; what is None is kept."""
+                 description: str | None = None, actor: str = "operator", protected: bool | None = None) -> DeviceGroup:
+    """Replace a group's members (static), query (dynamic), description or protected flag; what is None is kept."""
     group = _group(store, name)
     changed = replace(group, members=group.members if members is None else tuple(members),
                       query=group.query if query is None else query.strip(),
-                      description=group.description if description is None else description, updated_at=store.now())
+                      description=group.description if description is None else description,
+                      protected=group.protected if protected is None else protected, updated_at=store.now())
     return _save(store, _checked(store, changed, group.members), actor)
 
 
@@ -89,7 +91,7 @@ def remove_members(store: Store, name: str, device_ids: Sequence[str], actor: st
 def delete_group(store: Store, name: str, actor: str = "operator") -> None:
     """Delete a group; GroupConflict while a rollout that is not finished was planned from it."""
     _group(store, name)
-    using = [r.id for r in store.rollouts(ACTIVE) if group_name(r.spec.selector) == name]
+    using = [r.id for r in store.rollouts((*PENDING, *ACTIVE)) if group_name(r.spec.selector) == name]
     if using:
         raise GroupConflict(f"group {name!r} is the selector of {len(using)} rollout(s) still running "
                             f"({', '.join(using[:3])}): delete it when they end")
@@ -193,4 +195,4 @@ def _save(store: Store, group: DeviceGroup, actor: str) -> DeviceGroup:
 
 def _said(group: DeviceGroup) -> str:
     what = f"{len(group.members)} member(s)" if group.kind == GroupKind.STATIC else f"query {group.query}"
-    return f"group {group.name} ({group.kind}): {what}"
+    return f"group {group.name} ({group.kind}{', protected' if group.protected else ''}): {what}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,11 @@ from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
 from edgectl.controller.lifecycle import REQUESTS
 from edgectl.controller.planner import Plan, Screening, package_ref, parse_waves, plan_rollout, variant_id
 from edgectl.controller.records import FINAL, DeviceRecord, DeviceStatus, RolloutSpec, RolloutStatus
+from edgectl.controller.schedule import iso_utc, parse_start_at
 from edgectl.controller.screen import Screen
 from edgectl.controller.store import Store
 from edgectl.controller.submit import RolloutOptions, submit_rollout
+from edgectl.fleet.approvals import approval_reason
 from edgectl.fleet.inventory import fleet_records, open_store, store_records
 from edgectl.fleet.packages import load_package
 from edgectl.package import Package, read_package
@@ -57,6 +59,7 @@ class FleetRequest:
     artifact_urls: Sequence[str] = field(default_factory=tuple)  # --artifact-url, repeatable
     max_per_minute: int = 0  # --max-per-minute: pace each wave
     allow_no_data: bool = False  # --allow-no-data: a gate without data does not hold a baked wave
+    start_at: str | None = None  # --start-at: ISO 8601 with an offset; checked against the store's clock when recorded
 
 
 def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOptions:
@@ -119,23 +122,26 @@ def _screening(store: Store, records: Sequence[DeviceRecord], packages: Sequence
     return verdict
 
 
-def deploy_fleet(request: FleetRequest, broker: str | None, config: EdgectlConfig) -> tuple[Plan, str | None]:
+def deploy_fleet(request: FleetRequest, broker: str | None, config: EdgectlConfig,
+                 actor: str = "operator") -> tuple[Plan, str | None]:
     """Plan the rollout and, unless a dry run, record it for the controller: (plan, rollout id or None)."""
     options = rollout_options(request, config.deploy.timeout_s)
     with tempfile.TemporaryDirectory(prefix="edgectl-fleet-") as tmp:
         packages = [load_package(path, None, None, _workdir(tmp, i)) for i, path in enumerate(request.artifacts)]
         records = fleet_records(broker, config, request.selector)
-        return _record(request, options, packages, records, open_store(config, must_exist=False), "operator")
+        return _record(request, options, packages, records, open_store(config, must_exist=False), actor,
+                       config.controller.approval.min_devices)
 
 
 def deploy_uploaded(request: FleetRequest, store: Store, trusted: TrustedKeys, wave_timeout_s: float,
-                    actor: str) -> tuple[Plan, str | None]:
+                    actor: str, approval_min_devices: int = 0) -> tuple[Plan, str | None]:
     """``deploy_fleet`` for the REST API: packages already uploaded (kept files, checked again against
     ``trusted``), devices from the controller store; the rollout audited as ``actor``."""
     options = rollout_options(request, wave_timeout_s)
     with tempfile.TemporaryDirectory(prefix="edgectl-fleet-") as tmp:
         packages = [read_package(path, trusted, _workdir(tmp, i)) for i, path in enumerate(request.artifacts)]
-        return _record(request, options, packages, store_records(store, request.selector), store, actor)
+        return _record(request, options, packages, store_records(store, request.selector), store, actor,
+                       approval_min_devices)
 
 
 def _workdir(tmp: str, i: int) -> Path:
@@ -145,11 +151,15 @@ def _workdir(tmp: str, i: int) -> Path:
 
 
 def _record(request: FleetRequest, options: RolloutOptions, packages: Sequence[Package], records: Sequence[DeviceRecord],
-            store: Store, actor: str) -> tuple[Plan, str | None]:
+            store: Store, actor: str, min_devices: int) -> tuple[Plan, str | None]:
+    """Plan, then (unless a dry run) record: with its start time (not in the past by the store's clock) and,
+    where the two-person rule asks for one, waiting for approval."""
+    start_at = None if request.start_at is None else parse_start_at(request.start_at, store.now())
     plan = plan_fleet_rollout(request, options, packages, records, store)
     if request.dry_run:
         return plan, None
-    return plan, submit_rollout(store, plan, options, actor)
+    approval = approval_reason(store, request.selector, plan, min_devices)
+    return plan, submit_rollout(store, plan, replace(options, start_at=start_at, approval=approval), actor)
 
 
 def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:
@@ -164,6 +174,8 @@ def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:
         "phase": rollout.phase.value, "reason": rollout.reason, "created": rollout.created, "selector": spec.selector,
         "gates": list(spec.gates), "bake_s": spec.bake_s, "max_failure": spec.max_failure,
         "max_per_minute": spec.max_per_minute, "allow_no_data": spec.allow_no_data,
+        "start_at": None if spec.start_at is None else iso_utc(spec.start_at), "approval": spec.approval or None,
+        "created_by": spec.created_by or None,
         "packages": [p.label for p in spec.packages],
         "devices": [{"device_id": r.device_id, "wave": r.wave, "status": r.status.value, "state": r.state, "detail": r.detail,
                      "variant": spec.package(r.variant).label if r.variant else None,

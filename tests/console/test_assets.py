@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 from edgectl.console import PREFIX, asset_names, console_asset
-from edgectl.controller.lifecycle import REQUESTS
+from edgectl.controller.lifecycle import DECISIONS, REQUESTS
 
 STATIC = resources.files("edgectl.console").joinpath("static")
 
@@ -49,4 +49,4 @@ def test_rollout_actions_follow_the_lifecycle_table() -> None:
     text = STATIC.joinpath("page_rollout.js").read_text()
     offered = {name: set(re.findall(r'"([a-z-]+)"', when))
                for name, when in re.findall(r'name: "([a-z-]+)", label: "[^"]+", when: \[([^\]]*)\]', text)}
-    assert offered == {action: {s.value for s in statuses} for action, statuses in REQUESTS.items()}
+    assert offered == {action: {s.value for s in statuses} for action, statuses in (*REQUESTS.items(), *DECISIONS.items())}

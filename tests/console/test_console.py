@@ -51,8 +51,10 @@ def _uploaded(plane: ConsolePlane, name: str, version: int) -> str:
     return str(uploaded["variant"])
 
 
-def _start_rollout(plane: ConsolePlane, selector: str, bake: str = "10m") -> str:
+def _start_rollout(plane: ConsolePlane, selector: str, bake: str = "10m", start_at: str | None = None) -> str:
     body = {"packages": [_uploaded(plane, "classifier", 1)], "selector": selector, "waves": "1,100%", "bake": bake}
+    if start_at is not None:
+        body["start_at"] = start_at
     status, created = plane.api("POST", "/rollouts", body=body)
     assert status == 201, created
     return str(created["rollout_id"])
@@ -172,10 +174,53 @@ def test_pause_and_abort_a_rollout_with_confirmation(plane: ConsolePlane, browse
     browser.click("#confirm-ok")
     _wait_status(browser, "aborted")
     assert _same_page(browser)
-    assert browser.attributes("#rollout-actions button", "disabled") == [""] * 4  # all four disabled
+    assert browser.attributes("#rollout-actions button", "disabled") == [""] * 6  # every action disabled
     audit = plane.api("GET", f"/audit?rollout_id={rollout_id}", "viewer")[1]
     actions = [(a["action"], a["actor"]) for a in audit["entries"]]
     assert ("pause requested", "api:operator") in actions and ("abort requested", "api:operator") in actions, actions
+
+
+def test_a_second_operator_approves_and_rejects_on_the_rollout_page(plane: ConsolePlane, browser: Browser) -> None:
+    """The two-person rule (docs/console.md): the creator's Approve is disabled and the server refuses it anyway; another
+    operator approves (it is then scheduled: its start time is an hour away, nothing is sent) or rejects with a reason."""
+    status, _ = plane.api("POST", "/groups", body={"name": "guarded", "kind": "static", "members": ["sim-jetson-orin-001"],
+                                                   "protected": True})
+    assert status == 201
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    made = [_start_rollout(plane, "group:guarded", start_at=later) for _ in range(2)]
+    try:
+        browser.sign_in(plane.tokens["operator"])
+        browser.go(f"/rollouts/{made[0]}", ready="rollout")
+        _wait_status(browser, "awaiting-approval")
+        assert not browser.enabled("[data-action=approve]") and browser.enabled("[data-action=reject]")
+        assert "two-person rule" in browser.text("#rollout-role-note")
+        assert "targets protected group guarded" in browser.text("#rollout-approval")
+        assert browser.fetch("POST", f"/rollouts/{made[0]}/approve", {}) == 403  # the server refuses the creator itself
+
+        browser.sign_in(plane.tokens["admin"])
+        browser.go(f"/rollouts/{made[0]}", ready="rollout")
+        _wait_status(browser, "awaiting-approval")
+        browser.click("[data-action=approve]")
+        browser.click("#confirm-ok")
+        _wait_status(browser, "scheduled")
+        assert not browser.enabled("[data-action=approve]") and browser.enabled("[data-action=abort]")
+        assert later in browser.text("#rollout-start")
+
+        browser.go(f"/rollouts/{made[1]}", ready="rollout")
+        _wait_status(browser, "awaiting-approval")
+        browser.click("[data-action=reject]")  # no reason given: nothing is asked or sent
+        browser.wait(lambda: "Give a reason" in browser.text("#flash"), 10, "the reason asked for")
+        browser.css("#reject-reason").send_keys("wrong group")
+        browser.click("[data-action=reject]")
+        browser.click("#confirm-ok")
+        _wait_status(browser, "rejected")
+        assert browser.text("#rollout-reason") == "rejected by api:admin: wrong group"
+        entries = {(e["rollout_id"], e["action"], e["actor"])
+                   for e in plane.api("GET", "/audit?action=rollout%20*", "viewer")[1]["entries"]}
+        assert {(made[0], "rollout approved", "api:admin"), (made[1], "rollout rejected", "api:admin")} <= entries
+    finally:
+        plane.api("POST", f"/rollouts/{made[0]}/abort", body={})
+        plane.api("DELETE", "/groups/guarded")  # refused (409) while the aborted one settles: harmless
 
 
 def test_a_viewer_cannot_abort(plane: ConsolePlane, browser: Browser) -> None:

@@ -1,12 +1,16 @@
 """Device groups in the console, in a real headless Chromium against a real controller, Mosquitto and `edgectl sim`:
-create static and dynamic groups, change members, and start a rollout to a group picked on the new-rollout page."""
+create static and dynamic groups, change members, and start a rollout to a group picked on the new-rollout page;
+and the device page's Logs panel, with a real agent (kept in this module: a new one would start a whole plane)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from tests.console.browser import Browser
 from tests.console.conftest import ConsolePlane
+from tests.fleet import AgentProcess, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,3 +76,53 @@ def test_groups_page_and_a_rollout_to_a_picked_group(plane: ConsolePlane, browse
     browser.sign_in(plane.tokens["viewer"])
     browser.go("/groups", ready="groups")
     assert not browser.all("#group-form") and _rows(browser, "#groups-table", "group") == ["orins", "pair"]
+
+
+def test_device_logs_panel_fetches_a_real_agents_lines_for_operators_only(plane: ConsolePlane, browser: Browser,
+                                                                          tmp_path: Path) -> None:
+    """Remote logs on the device page (docs/console.md): a real agent answers through the controller."""
+    agent = AgentProcess("cam-logs", tmp_path / "agent", plane.broker.url, [plane.home.public_key("package")],
+                         [plane.home.public_key("controller")]).start()
+    try:
+        wait_for(lambda: plane.api("GET", "/devices/cam-logs", "viewer")[0] == 200, 30, "the agent in the store")
+        browser.sign_in(plane.tokens["viewer"])
+        browser.go("/devices/cam-logs", ready="device")
+        assert "needs the operator role" in browser.text("#logs") and not browser.all("#fetch-logs")
+        browser.sign_in(plane.tokens["operator"])
+        browser.go("/devices/cam-logs", ready="device")
+        browser.wait(lambda: "No logs fetched yet" in browser.text("#logs-status"), 10, "the panel says none yet")
+        lines = browser.css("#logs-form input[name=lines]")
+        lines.clear()
+        lines.send_keys("5")
+        browser.click("#fetch-logs")
+        browser.wait(lambda: browser.all("#logs-lines") and "inference API on" in browser.text("#logs-lines"), 20,
+                     "the agent's lines shown")
+        latest = plane.api("GET", "/devices/cam-logs/logs")
+        assert latest[0] == 200 and 0 < len(latest[1]["lines"]) <= 5
+        assert browser.text("#logs-status").startswith(f"{len(latest[1]['lines'])} line(s), answered")
+        assert all(line["level"] != "DEBUG" for line in latest[1]["lines"])  # the panel asks INFO and above
+    finally:
+        agent.stop()
+
+
+def test_device_page_shows_desired_and_reported_configuration(plane: ConsolePlane, browser: Browser,
+                                                              tmp_path: Path) -> None:
+    """Device configuration on the device page (docs/console.md): set over the API, applied by a real agent."""
+    agent = AgentProcess("cam-config", tmp_path / "agent", plane.broker.url, [plane.home.public_key("package")],
+                         [plane.home.public_key("controller")]).start()
+    try:
+        wait_for(lambda: plane.api("GET", "/devices/cam-config", "viewer")[0] == 200, 30, "the agent in the store")
+        browser.sign_in(plane.tokens["viewer"])
+        browser.go("/devices/cam-config", ready="device")
+        browser.wait(lambda: browser.all("#config-sync") and browser.text("#config-sync") == "none", 10, "no config yet")
+        assert browser.text("#config-reported") == "nothing reported (unknown)"
+        status, view = plane.api("PUT", "/devices/cam-config/config", body={"settings": {"telemetry_interval_s": 5}})
+        assert status == 200 and view["desired"]["version"] == 1
+        wait_for(lambda: plane.api("GET", "/devices/cam-config/config", "viewer")[1]["sync"] == "in sync", 30,
+                 "the agent to apply configuration v1")
+        # The page's live refresh reads the configuration again.
+        browser.wait(lambda: browser.text("#config-sync") == "in sync", 10, "in sync on the open page")
+        assert browser.text("#config-desired").startswith("v1: telemetry_interval_s=5 (by api:operator")
+        assert browser.text("#config-reported") == "v1 applied; in force: v1"
+    finally:
+        agent.stop()

@@ -11,6 +11,7 @@ import pytest
 
 from edgecore.errors import InternalError, ProtocolError
 from edgecore.protocol import topics
+from edgecore.protocol.logs import LogLine
 from edgecore.protocol.reporter import Reporter, presence_will
 from edgecore.protocol.reports import (
     Birth,
@@ -21,6 +22,7 @@ from edgecore.protocol.reports import (
     DeviceState,
     IdentityMismatch,
     LatencyFigures,
+    LogAnswer,
     ModelTelemetry,
     Presence,
     Report,
@@ -45,6 +47,7 @@ REPORTS: dict[str, Callable[[str], Report]] = {
         {"backend": "onnxruntime/CPUExecutionProvider"}, {"VerificationError": 2}),
     "events": lambda d: DeviceEvent(d, "d-1", "download", "running", "", 5.0, {"model": "det"}),
     "chunk-requests": lambda d: ChunkRequest(d, "a" * 64, [[0, 3], [7, 9]], True),
+    "logs": lambda d: LogAnswer(d, "logs-1", 6.0, (LogLine(5.5, "INFO", "agent", "up"),), False, 5.0),
 }
 
 

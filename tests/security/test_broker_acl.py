@@ -62,7 +62,8 @@ def test_device_cannot_publish_to_another_device_or_controller_topics(fleet: Fle
     device_a = _login(fleet, fleet.device("dev-a"), f"a-pub-{protocol}", probes, protocol)
 
     forbidden = [
-        *(f"{DEV}/dev-b/{leaf}" for leaf in ("birth", "presence", "state", "events", "telemetry", "chunk-requests")),
+        *(f"{DEV}/dev-b/{leaf}" for leaf in ("birth", "presence", "state", "events", "telemetry", "chunk-requests",
+                                             "logs")),
         f"{DEV}/dev-b/desired", f"{DEV}/dev-b/commands", f"{DEV}/dev-a/desired", f"{DEV}/dev-a/commands",
         "edge/v1/artifacts/art-1/chunks/0",
     ]

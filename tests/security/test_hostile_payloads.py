@@ -164,7 +164,7 @@ REPORTS = [
 ]
 
 
-@pytest.mark.parametrize("leaf", ["presence", "birth", "state", "telemetry", "events", "chunk-requests"])
+@pytest.mark.parametrize("leaf", ["presence", "birth", "state", "telemetry", "events", "chunk-requests", "logs"])
 def test_the_report_reader_refuses_hostile_reports(leaf: str) -> None:
     for raw in REPORTS:
         with pytest.raises(EdgeError):

@@ -1,6 +1,8 @@
 // One device: model and backend, latency p50/p95, CPU, memory and inference-rate charts, events timeline.
 
 import { lineChart } from "./charts.js";
+import { configPanel } from "./device_config.js";
+import { logsPanel } from "./device_logs.js";
 import { fill, fmtAgo, fmtBytes, fmtNumber, fmtTime, h, pill } from "./dom.js";
 
 export const NAV = "devices";
@@ -11,8 +13,11 @@ const KEEP = 300; // telemetry samples kept for the charts
 export async function mount(main, [deviceId], _params, ctx) {
   const samples = new Map(); // ts -> point: the API's telemetry history, then each report seen while the page is open
   const body = h("div#device");
-  fill(main, h("p", h("a", { href: "#/devices" }, "← Devices")), h("h1", deviceId), body);
+  const config = configPanel(deviceId, ctx);
+  fill(main, h("p", h("a", { href: "#/devices" }, "← Devices")), h("h1", deviceId), body, config.panel,
+    logsPanel(deviceId, ctx));
   const refresh = async () => {
+    config.refresh();
     const d = await ctx.api(`/devices/${encodeURIComponent(deviceId)}`);
     for (const p of d.telemetry_history || []) if (typeof p.ts === "number") samples.set(p.ts, fromHistory(p));
     const r = d.telemetry;

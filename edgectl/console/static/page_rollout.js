@@ -1,5 +1,6 @@
 // One rollout: waves with progress, each gate's value against its threshold, devices per state, and the
-// operator's pause / resume / abort / retry-failed (asked for confirmation; the server checks the role anyway).
+// operator's pause / resume / abort / retry-failed, and a second operator's approve / reject of a rollout awaiting
+// approval (asked for confirmation; the server checks the role and the two-person rule anyway).
 //
 // Live updates change the page in place (dom.update): the buttons and the keyboard focus survive a poll, so
 // a click lands on the element the operator aimed at. Controls are handled by delegation on the page.
@@ -15,8 +16,12 @@ const ACTIONS = [
   { name: "pause", label: "Pause", when: ["running"], text: "Devices already installing finish; no new wave starts." },
   { name: "resume", label: "Resume", when: ["paused"], text: "The rollout continues with the current wave." },
   { name: "retry-failed", label: "Retry failed", when: ["running", "paused", "done"], text: "Failed devices are sent the update again." },
-  { name: "abort", label: "Abort", when: ["running", "paused"], danger: true,
+  { name: "abort", label: "Abort", when: ["running", "paused", "scheduled", "awaiting-approval"], danger: true,
     text: "Devices not yet updated are cancelled and devices that installed roll back to their previous model." },
+  { name: "approve", label: "Approve", when: ["awaiting-approval"],
+    text: "It starts at its start time, or at once (two-person rule: you are not its creator)." },
+  { name: "reject", label: "Reject", when: ["awaiting-approval"], danger: true,
+    text: "It ends rejected with your reason; nothing is sent." },
 ];
 const DEVICE_PAGE = 100;
 const PHASES = { start: "starting", installing: "installing", baking: "baking", waiting: "waiting for data", rollback: "rolling back" };
@@ -27,17 +32,21 @@ export async function mount(main, [rolloutId], _params, ctx) {
   const body = h("div#rollout");
   const buttons = ACTIONS.map((a) => h(`button${a.danger ? ".danger" : ""}`, { type: "button", dataset: { action: a.name } }, a.label));
   const note = h("span.muted#rollout-role-note");
+  const reason = h("input#reject-reason", { type: "text", maxLength: 500, placeholder: "reason to reject",
+    "aria-label": "Reason to reject" });
   fill(main, h("p", h("a", { href: "#/rollouts" }, "← Rollouts")), h("h1", `Rollout ${rolloutId}`),
-    h("div.actions#rollout-actions", buttons, note), body);
+    h("div.actions#rollout-actions", buttons, reason, note), body);
   const redraw = () => view.last && update(body, ...draw(view.last, view));
   const refresh = async () => {
     view.last = await ctx.api(`/rollouts/${encodeURIComponent(rolloutId)}`);
-    drawActions(buttons, note, view.last, ctx);
+    drawActions(buttons, note, reason, view.last, ctx);
     redraw();
   };
   main.querySelector("#rollout-actions").addEventListener("click", (e) => {
     const button = e.target.closest("button[data-action]");
-    if (button && !button.disabled) act(ACTIONS.find((a) => a.name === button.dataset.action), view.last, ctx, refresh);
+    if (button && !button.disabled) {
+      act(ACTIONS.find((a) => a.name === button.dataset.action), view.last, ctx, refresh, reason);
+    }
   });
   body.addEventListener("click", (e) => {
     const state = e.target.closest("button[data-state]");
@@ -54,22 +63,42 @@ export async function mount(main, [rolloutId], _params, ctx) {
   return { refresh };
 }
 
-/** The buttons stay; only whether each applies now changes. */
-function drawActions(buttons, note, r, ctx) {
-  const allowed = ctx.can("operator");
-  ACTIONS.forEach((a, i) => {
-    buttons[i].disabled = !allowed || !a.when.includes(r.status);
-    buttons[i].title = allowed ? "" : "viewers cannot steer rollouts";
-  });
-  note.textContent = allowed ? "" : "Your role (viewer) can watch but not steer rollouts.";
+/** Who an audit actor is (edgectl.fleet.approvals.person): "api:alice" and "cli:alice" are alice. */
+function person(actor) {
+  const at = (actor || "").indexOf(":");
+  return at < 0 ? actor || "" : actor.slice(at + 1);
 }
 
-async function act(a, r, ctx, refresh) {
+/** The buttons stay; only whether each applies now changes. */
+function drawActions(buttons, note, reason, r, ctx) {
+  const allowed = ctx.can("operator");
+  const mine = Boolean(ctx.session.me && r.created_by && person(r.created_by) === ctx.session.me.user);
+  ACTIONS.forEach((a, i) => {
+    const own = a.name === "approve" && mine;
+    buttons[i].disabled = !allowed || !a.when.includes(r.status) || own;
+    buttons[i].title = !allowed ? "viewers cannot steer rollouts"
+      : own ? "two-person rule: another operator approves the rollouts you created" : "";
+  });
+  reason.hidden = r.status !== "awaiting-approval" || !allowed;
+  note.textContent = !allowed ? "Your role (viewer) can watch but not steer rollouts."
+    : r.status === "awaiting-approval" && mine ? "You created this rollout: another operator approves it (two-person rule)."
+      : "";
+}
+
+async function act(a, r, ctx, refresh, reason) {
+  const why = reason.value.trim();
+  if (a.name === "reject" && !why) {
+    ctx.flash("Give a reason to reject the rollout.");
+    reason.focus();
+    return;
+  }
   const ok = await ctx.confirm(`${a.label} rollout ${r.id}?`, a.text, a.label);
   if (!ok) return;
   try {
-    await ctx.api(`/rollouts/${encodeURIComponent(r.id)}/${a.name}`, { method: "POST" });
-    ctx.flash(`${a.label} requested: the controller applies it within a tick.`, "info");
+    const body = a.name === "reject" ? { reason: why } : undefined;
+    await ctx.api(`/rollouts/${encodeURIComponent(r.id)}/${a.name}`, { method: "POST", body });
+    ctx.flash(["approve", "reject"].includes(a.name) ? `Rollout ${a.name === "approve" ? "approved" : "rejected"}.`
+      : `${a.label} requested: the controller applies it within a tick.`, "info");
     await refresh();
   } catch (err) {
     ctx.flash(err.message);
@@ -120,7 +149,9 @@ function draw(r, view) {
           h("dt", "Bake"), h("dd", `${fmtNumber(r.bake_s, 0)} s`),
           h("dt", "No data"), h("dd", r.allow_no_data ? "a wave may be promoted without a gate's data (--allow-no-data)"
             : "a gate without data holds the wave"),
-          h("dt", "Created"), h("dd", fmtTime(r.created)),
+          h("dt", "Created"), h("dd", `${fmtTime(r.created)}${r.created_by ? ` by ${r.created_by}` : ""}`),
+          h("dt", "Start"), h("dd#rollout-start", r.start_at ? `at ${r.start_at} (the controller's clock)` : "when recorded"),
+          h("dt", "Approval"), h("dd#rollout-approval", r.approval ? `needed: ${r.approval}` : "not needed"),
           h("dt", "Reason"), h("dd#rollout-reason", r.reason || "–"))),
       h("section.panel", h("h2", "Waves"), waveTable(r))),
     h("div.grid2",
@@ -157,6 +188,7 @@ function waiting(r) {
 }
 
 function waveState(w, r) {
+  if (["scheduled", "awaiting-approval"].includes(r.status)) return "planned"; // not started: nothing sent yet
   if (w.state === "pending") return ["running", "paused"].includes(r.status) ? "planned" : "cancelled"; // never started
   if (w.state === "done") return r.status === "done" || w.wave < r.wave ? "promoted" : r.status;
   return PHASES[r.phase] || r.phase;

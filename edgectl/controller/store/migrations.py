@@ -211,6 +211,26 @@ CREATE INDEX IF NOT EXISTS audit_ts ON audit(ts);
 CREATE INDEX IF NOT EXISTS audit_device ON audit(device_id, ts);
 CREATE INDEX IF NOT EXISTS audit_rollout ON audit(rollout_id, ts);
 """
+# Version 11: protected device groups: a rollout to one waits for a second operator's approval (edgectl/fleet/approvals.py).
+V11 = """
+ALTER TABLE device_groups ADD COLUMN protected INTEGER NOT NULL DEFAULT 0;
+"""
+# Version 12: remote log requests and their answers (edgectl/controller/logs.py): stored so that the replica that takes an
+# operator's request, the leader that sends it and the replica that receives the device's answer may all differ.
+V12 = """
+CREATE TABLE IF NOT EXISTS log_requests(
+    request_id TEXT PRIMARY KEY, device_id TEXT NOT NULL, query TEXT NOT NULL, actor TEXT, asked {real} NOT NULL,
+    sent {real}, answered {real}, answer TEXT);
+CREATE INDEX IF NOT EXISTS log_requests_device ON log_requests(device_id, asked);
+CREATE INDEX IF NOT EXISTS log_requests_unsent ON log_requests(sent, asked);
+"""
+# Version 13: each device's desired configuration (edgectl/controller/device_config.py): its version, the settings, who set
+# it, and the version the engine leader last published retained (``published < version``: due).
+V13 = """
+CREATE TABLE IF NOT EXISTS device_configs(
+    device_id TEXT PRIMARY KEY, version INTEGER NOT NULL, settings TEXT NOT NULL, updated_by TEXT, updated_at {real},
+    published INTEGER NOT NULL DEFAULT 0);
+"""
 SQLITE = {"real": "REAL", "id": ""}
 POSTGRES = {"real": "DOUBLE PRECISION", "id": "id BIGSERIAL PRIMARY KEY, "}
 
@@ -226,6 +246,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "server-side device groups", V8.format(**SQLITE), V8.format(**POSTGRES)),
     Migration(9, "webhooks and their deliveries", V9.format(**SQLITE), V9.format(**POSTGRES)),
     Migration(10, "decommissioned devices, audit log indexes", V10.format(**SQLITE), V10.format(**POSTGRES)),
+    Migration(11, "protected device groups", V11, V11),
+    Migration(12, "remote log requests and answers", V12.format(**SQLITE), V12.format(**POSTGRES)),
+    Migration(13, "desired device configurations", V13.format(**SQLITE), V13.format(**POSTGRES)),
 )
 LATEST = MIGRATIONS[-1].version
 

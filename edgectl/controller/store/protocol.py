@@ -18,8 +18,10 @@ from typing import Any, Protocol
 
 from edgecore.errors import EdgeError
 from edgectl.controller.accounts import TokenRow, UserRow
+from edgectl.controller.device_config import ConfigStore
 from edgectl.controller.groups import DeviceGroup
 from edgectl.controller.history import TelemetryPoint
+from edgectl.controller.logs import LogStore
 from edgectl.controller.queries import AuditPage, AuditQuery, DevicePage, DeviceQuery, UploadedPackage
 from edgectl.controller.records import (
     AuditEntry,
@@ -167,7 +169,7 @@ class WebhookStore(Protocol):
         """A new pending delivery of the same event and body, due now; None when there is no such delivery."""
 
 
-class Store(ConsoleStore, WebhookStore, Protocol):
+class Store(ConsoleStore, WebhookStore, LogStore, ConfigStore, Protocol):
     """The whole interface to the controller's persistent state."""
 
     retention: Retention

@@ -37,7 +37,9 @@ from edgectl.controller.records import (
 )
 from edgectl.controller.store.audit import AuditSql
 from edgectl.controller.store.console import ConsoleSql
+from edgectl.controller.store.device_configs import ConfigSql
 from edgectl.controller.store.groups import GroupSql
+from edgectl.controller.store.logs import LogSql
 from edgectl.controller.store.protocol import DEVICE_FIELDS, GUARDED, Fenced, LeaseToken, Retention
 from edgectl.controller.store.retired import RetiredSql
 from edgectl.controller.store.served import ServedSql
@@ -69,7 +71,7 @@ def _upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
             f"ON CONFLICT({', '.join(key)}) DO UPDATE SET {updates}")
 
 
-class SqlStore(ConsoleSql, ServedSql, GroupSql, WebhookSql, RetiredSql, AuditSql):
+class SqlStore(ConsoleSql, ServedSql, GroupSql, WebhookSql, RetiredSql, AuditSql, LogSql, ConfigSql):
     """Everything but connections; subclasses set ``rowid`` and implement the hooks below."""
 
     rowid = "rowid"
