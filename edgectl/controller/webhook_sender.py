@@ -62,16 +62,15 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> An
                                                                        context=ssl.create_default_context())
     else:
         conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
-    watchdog = threading.Timer(timeout_s, _cut, (conn,))
+    cut = threading.Event()  # set when the watchdog closed the connection: whatever error follows is the timeout's
+    watchdog = threading.Timer(timeout_s, _cut, (conn, cut))
     watchdog.start()
-    started = time.monotonic()
     try:
         conn.request("POST", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), body=body, headers=headers)
         response = conn.getresponse()
         text = response.read(ANSWER_BYTES).decode("utf-8", "replace")
     except (OSError, http.client.HTTPException) as exc:
-        late = time.monotonic() - started >= timeout_s
-        return Answer(None, f"no answer within {timeout_s:g}s" if late else f"{type(exc).__name__}: {exc}"[:ERROR_CHARS])
+        return Answer(None, f"no answer within {timeout_s:g}s" if cut.is_set() else f"{type(exc).__name__}: {exc}"[:ERROR_CHARS])
     finally:
         watchdog.cancel()
         conn.close()
@@ -83,8 +82,9 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> An
     return Answer(code)
 
 
-def _cut(conn: http.client.HTTPConnection) -> None:
+def _cut(conn: http.client.HTTPConnection, cut: threading.Event) -> None:
     """The attempt's time is up: end its socket, which fails whatever read or write waits on it."""
+    cut.set()
     sock = conn.sock
     if sock is not None:
         with contextlib.suppress(OSError):  # closed meanwhile
