@@ -18,13 +18,16 @@ from edgectl.controller.logs import DEFAULT_WAIT_S, MAX_WAIT_S, NoAnswer, ask_lo
 
 __all__ = ["ASK_SCHEMA", "device_log_routes"]
 
+LAST_UNIX_TIME = 253402300799  # 9999-12-31T23:59:59Z: a later since/until is a mistake (1e308 is finite)
 ASK_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False,
     "properties": {
         "lines": {"type": "integer", "minimum": 1, "maximum": MAX_LINES,
                   "description": f"The newest lines to return (default {DEFAULT_LINES}; {MAX_LINES} with since or until)."},
-        "since": {"type": "number", "minimum": 0, "description": "Only records at or after this Unix time."},
-        "until": {"type": "number", "minimum": 0, "description": "Only records at or before this Unix time."},
+        "since": {"type": "number", "minimum": 0, "maximum": LAST_UNIX_TIME,
+                  "description": "Only records at or after this Unix time."},
+        "until": {"type": "number", "minimum": 0, "maximum": LAST_UNIX_TIME,
+                  "description": "Only records at or before this Unix time."},
         "level": {"type": "string", "enum": list(LEVELS), "description": "Only records at this level or above."},
         "wait_s": {"type": "number", "minimum": 1, "maximum": MAX_WAIT_S,
                    "description": f"How long to wait for the device's answer (default {DEFAULT_WAIT_S:g})."},

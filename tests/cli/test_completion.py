@@ -50,7 +50,7 @@ def test_the_bash_script_shown_and_installed_completes_a_command_name(tmp_path: 
 
 @pytest.mark.parametrize(("words", "expected"), [
     ("edgectl rol", {"rollout"}),
-    ("edgectl rollout re", {"resume", "retry-failed"}),
+    ("edgectl rollout re", {"reject", "resume", "retry-failed"}),
     ("edgectl rollout status --", {"--follow", "--json", "--help"}),
     ("edgectl --br", {"--broker"}),
 ])

@@ -35,6 +35,21 @@ def missing() -> str | None:
     return None
 
 
+def _start_driver(options: webdriver.ChromeOptions, log: Path, tries: int = 3) -> webdriver.Chrome:
+    """Start chromedriver and its browser; a driver that dies while starting (seen once in CI under load: exit -5, a
+    CHECK in chromedriver) is started again, up to ``tries`` times, and the last one's own log ends the error."""
+    for attempt in range(1, tries):
+        try:
+            return webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER), log_output=str(log)))
+        except WebDriverException:
+            time.sleep(attempt)
+    try:
+        return webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER), log_output=str(log)))
+    except WebDriverException as exc:
+        tail = log.read_text(errors="replace")[-2000:] if log.is_file() else "(no log)"
+        raise WebDriverException(f"{exc.msg} after {tries} tries; chromedriver's log ends: {tail}") from exc
+
+
 class Browser:
     """One Chromium session; ``base`` is the console's URL (``http://127.0.0.1:PORT/console/``)."""
 
@@ -47,7 +62,7 @@ class Browser:
         for flag in (*FLAGS, f"--user-data-dir={self.profile}"):
             options.add_argument(flag)
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # page errors go into a failing test's message
-        self.driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+        self.driver = _start_driver(options, self.profile / "chromedriver.log")
         self.driver.set_page_load_timeout(60)
         self.driver.set_script_timeout(60)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecore.compiled_cache import MAX_BYTES
+from edgecore.durable import TEMP_SUFFIX
 from edgecore.protocol.reports import DeviceEvent
 from tests.deploy.controller import Controller, PausableAgent
 from tests.deploy.test_rejections import DEPLOY
@@ -90,6 +91,18 @@ def _stray(state_dir: Path) -> list[str]:
         if str(rel) not in STATE_FILES and not selection:
             stray.append(str(rel))
     return stray if small <= SMALL_FILES_BYTES else [*stray, f"state files and selections: {small} bytes"]
+
+
+def _settled_stray(state_dir: Path, within: float = 5.0) -> list[str]:
+    """:func:`_stray` once no temp file is in it, or after ``within`` seconds: a temp file there may be a write in
+    progress (the worker saves its queue whenever a message arrives), which finishes by renaming it away; a killed
+    writer's stays and is reported."""
+    deadline = time.monotonic() + within
+    stray = _stray(state_dir)
+    while any(p.endswith(TEMP_SUFFIX) for p in stray) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        stray = _stray(state_dir)
+    return stray
 
 
 def _compiled_within_its_limit(state_dir: Path) -> bool:
@@ -179,7 +192,7 @@ def test_thirty_kills_during_successive_deploys_of_two_models(controller: Contro
         for n in MODELS:
             wait_for(_active_is(agent, committed[n], n), 30, f"{n} v{committed[n]} active")
         wait_for(lambda: _swept(agent.state_dir), 10, "the worker's sweep after the deployment")
-        stray = _stray(agent.state_dir)
+        stray = _settled_stray(agent.state_dir)
         assert not stray, f"kill {kill}: the state directory holds what no model on the device needs: {stray}"
         files, size = _footprint(agent.state_dir)
         baseline = (max(files, baseline[0]), max(size, baseline[1])) if baseline else (files, size)

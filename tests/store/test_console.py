@@ -169,7 +169,7 @@ def test_a_v2_sqlite_store_keeps_the_console_tables_it_already_had(tmp_path: Pat
             DELETE FROM schema_migrations WHERE version > 2; DROP TABLE users; DROP TABLE tokens; DROP TABLE packages;
             DROP TABLE telemetry_history; DROP INDEX latency_once; ALTER TABLE latency DROP COLUMN claimed;
             DROP INDEX devices_decommissioned; ALTER TABLE devices DROP COLUMN decommissioned;
-            ALTER TABLE devices DROP COLUMN withdrawn;
+            ALTER TABLE devices DROP COLUMN withdrawn; DROP TABLE device_groups;
             CREATE TABLE users(name TEXT PRIMARY KEY, role TEXT NOT NULL, created REAL);
             CREATE TABLE tokens(id TEXT PRIMARY KEY, user TEXT NOT NULL, name TEXT, sha256 TEXT NOT NULL, created REAL,
                                 expires REAL, revoked REAL);
