@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import resource
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +19,23 @@ from tests.fleet import AgentProcess, EdgectlHome
 
 # Subprocesses that tests start without an environment of their own import this checkout's code too.
 os.environ["PYTHONPATH"] = checkout_env()["PYTHONPATH"]
+
+
+@pytest.fixture(autouse=True)
+def process_state_kept() -> Iterator[None]:
+    """Every test leaves the worker's resource limits and root log level as it found them.
+
+    An inference server started in process caps RLIMIT_AS (agent/serving/memory.py, as the agent does at start); every
+    process the worker starts later inherits the cap, and a browser, which reserves far more address space than it
+    uses, dies at start (chromedriver exit -5). An agent run in process applies a remote configuration's log level to
+    the root logger (agent/remote_config.py), and a later test's warnings were then dropped."""
+    kept = {limit: resource.getrlimit(limit) for limit in (resource.RLIMIT_AS, resource.RLIMIT_NOFILE)}
+    level = logging.getLogger().level
+    yield
+    for limit, (soft, hard) in kept.items():
+        if resource.getrlimit(limit) != (soft, hard):
+            resource.setrlimit(limit, (soft, hard))
+    logging.getLogger().setLevel(level)
 
 
 @pytest.fixture

@@ -55,9 +55,13 @@ def _retained(port: int, topic: str, settle_s: float = 0.5) -> bytes | None:
 
 def test_a_decommissioned_device_that_reconnects_stays_out_of_the_fleet(plane: ControlPlane) -> None:
     controller = plane.start_controller()
+    port = plane.broker.port
+    # The beacon follows the controller's subscriptions on its connection: a birth sent after it is a live one, which
+    # the controller acknowledges (one it first reads retained, from before it subscribed, it does not).
+    wait_for(lambda: _retained(port, topics.FLEET_BEACON) is not None, 30, "the controller's beacon")
     agents = plane.agents(2)
     kept, gone = (a.device_id for a in agents)
-    port, desired = plane.broker.port, topics.device(gone, "desired")
+    desired = topics.device(gone, "desired")
     store = plane.store()
     wait_for(lambda: _retained(port, desired) is not None, 30, "the controller's acknowledgement retained for the device")
 
