@@ -35,19 +35,14 @@ def missing() -> str | None:
     return None
 
 
-def _start_driver(options: webdriver.ChromeOptions, log: Path, tries: int = 3) -> webdriver.Chrome:
-    """Start chromedriver and its browser; a driver that dies while starting (seen once in CI under load: exit -5, a
-    CHECK in chromedriver) is started again, up to ``tries`` times, and the last one's own log ends the error."""
-    for attempt in range(1, tries):
-        try:
-            return webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER), log_output=str(log)))
-        except WebDriverException:
-            time.sleep(attempt)
+def _start_driver(options: webdriver.ChromeOptions, log: Path) -> webdriver.Chrome:
+    """Start chromedriver and its browser; when it dies at start, its own log ends the error (and its resource limits,
+    inherited from the test process, are the first suspect: tests/conftest.py keeps them)."""
     try:
         return webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER), log_output=str(log)))
     except WebDriverException as exc:
         tail = log.read_text(errors="replace")[-2000:] if log.is_file() else "(no log)"
-        raise WebDriverException(f"{exc.msg} after {tries} tries; chromedriver's log ends: {tail}") from exc
+        raise WebDriverException(f"{exc.msg}; chromedriver's log ends: {tail}") from exc
 
 
 class Browser:
