@@ -12,6 +12,7 @@ from edgecore.protocol.topics import validate_id
 from edgecore.settings import load_settings
 from edgecore.tls import TlsSettings
 from edgecore.transport import broker_urls, check_transport_security
+from edgecore.windows import WindowError, Windows, zone
 
 __all__ = ["AgentConfig", "load_agent_config"]
 
@@ -108,6 +109,12 @@ class AgentConfig:
     state_dir: Path = Path("/var/lib/edge-agent")
     target: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # The IANA time zone (Europe/Berlin) maintenance windows are read in; unset: $TZ, /etc/timezone or what
+    # /etc/localtime links to (edgecore.windows.device_timezone). Reported in the birth.
+    timezone: str | None = None
+    # Windows (DAYS HH:MM-HH:MM, device time) outside which this device installs no update, whatever its groups say;
+    # the controller's configuration may set them (edgectl device config set ... maintenance_windows=...).
+    maintenance_windows: list[str] = field(default_factory=list)
     trust: TrustSettings = field(default_factory=TrustSettings)
     inference: InferenceSettings = field(default_factory=InferenceSettings)
     deploy: DeploySettings = field(default_factory=DeploySettings)
@@ -131,6 +138,12 @@ class AgentConfig:
         if not self.broker_check_s >= 0:  # NaN too
             raise ConfigError(f"{where}: broker_check_s must be 0 (off) or a number of seconds, not {self.broker_check_s}")
         check_transport_security(self.broker_urls, self.insecure, where)
+        try:
+            if self.timezone is not None:
+                zone(self.timezone)
+            Windows.parse(self.maintenance_windows, "maintenance_windows")
+        except WindowError as exc:
+            raise ConfigError(f"{where}: {'timezone: ' if 'time zone' in str(exc) else ''}{exc}") from None
         if any(url.startswith("mqtts") for url in self.broker_urls) and self.tls.cert is None:
             log.warning("TLS without a client certificate: the broker cannot authenticate this device")
         if not self.trust.packages:

@@ -28,6 +28,7 @@ from agent.deploy.machine import Deployment, Machine, Options, Outcome, State
 from agent.deploy.plan import Wanted
 from agent.deploy.slots import Slots
 from agent.deploy.steps import Steps
+from agent.deploy.window import WindowGate
 from agent.deploy.worker import Worker
 from agent.fleet_check import FleetCheck
 from agent.footprint import FootprintBook, footprint_key
@@ -58,6 +59,7 @@ from edgecore.protocol.reports import Birth, DeploymentProgress, DeviceState, Mo
 from edgecore.protocol.trust import TrustStore
 from edgecore.tls import tls_context
 from edgecore.transport import DeviceTransportFactory, Message, MqttTransport, Transport, Will
+from edgecore.windows import Windows, device_timezone, local_zone
 
 __all__ = ["Agent"]
 
@@ -82,6 +84,7 @@ class Agent:
         self.logs = LogRing()  # recent records for the signed logs command (agent/logs.py), on the root logger in run()
         self.hardware = probe_hardware(config.hardware_root)
         self.profiles = _profiles()  # the runtimes do not change while the agent runs: asked once, told at every birth
+        self.timezone = device_timezone(config.timezone)  # maintenance windows are read in it; told at every birth
         self.registry = ModelRegistry()
         self.server = InferenceServer.from_settings(
             self.registry, config.inference,
@@ -127,7 +130,8 @@ class Agent:
         self.remeasure = IdleRemeasure(self.host, config.remeasure, activity, self._remeasured)
         self.worker = Worker(self.state_dir, self.machine, steps, self.slots, self.host, self._event,
                              self._changed, self.stopping, self.admission, on_idle=self.remeasure.tick,
-                             drain_s=config.models.remove_drain_s)
+                             drain_s=config.models.remove_drain_s, window=WindowGate(local_zone(self.timezone),
+                                                                                  own=self._own_windows))
 
     def _mqtt(self, inbox: queue.Queue[Message], on_connect: Callable[[], None], will: Will) -> Transport:
         config = self.config
@@ -262,7 +266,8 @@ class Agent:
         for verified in order.entries:
             self.fetcher.remember(verified.manifest.payload.sha256, verified.entry.urls)
         wanted = tuple(Wanted(v.entry.deployment_id, v.manifest_bytes,
-                              Options(v.entry.options.allow_downgrade, v.entry.options.shadow_min)) for v in order.entries)
+                              Options(v.entry.options.allow_downgrade, v.entry.options.shadow_min,
+                                      v.entry.options.maintenance)) for v in order.entries)
         self._queue(Job(JobKind.DEPLOY, order.desired.deployment_id, wanted), order.desired.seq, order)
 
     def _queue(self, job: Job, seq: int, order: SetOrder | None = None) -> None:
@@ -367,7 +372,12 @@ class Agent:
 
     def _birth(self) -> Birth:
         return Birth(self.id, time.time(), __version__, self.config.target, dict(self.config.tags), self.server.url,
-                     self.hardware.summary(), runtime_versions(), self.profiles, DESIRED_SCHEMAS)
+                     self.hardware.summary(), runtime_versions(), self.profiles, DESIRED_SCHEMAS, self.timezone,
+                     tuple(self._own_windows().texts()))
+
+    def _own_windows(self) -> Windows:
+        """This device's own maintenance windows, as the configuration in force says now (checked when loaded)."""
+        return Windows.parse(self.config.maintenance_windows)
 
     def _serving(self) -> dict[str, tuple[str, str]]:
         """Per name served: the sha256 of its signed manifest and its backend (what admission counts)."""

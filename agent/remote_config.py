@@ -40,6 +40,8 @@ def overlay(base: AgentConfig, settings: ConfigSettings) -> AgentConfig:
         config = dataclasses.replace(config, log_level=settings.log_level)
     if settings.tags is not None:
         config = dataclasses.replace(config, tags={**base.tags, **settings.tags})
+    if settings.maintenance_windows is not None:
+        config = dataclasses.replace(config, maintenance_windows=list(settings.maintenance_windows))
     if settings.inference_max_queue is not None:
         config = dataclasses.replace(config, inference=dataclasses.replace(config.inference,
                                                                            max_queue=settings.inference_max_queue))

@@ -86,6 +86,7 @@ class SimAgent:
     schemas: tuple[int, ...] = DESIRED_SCHEMAS  # (1,): an agent from before sets (one model, refuses a set)
     memory_budget_mb: float | None = SIM_MEMORY / MIB  # None: an agent from before admission (reports none)
     footprint: dict[str, float] = field(default_factory=dict)  # "name@version" or "*" -> MiB; default its model files
+    timezone: str | None = "UTC"  # reported in the birth; it installs when sent (the controller times its windows)
     transport: Transport | None = None
     served: Served = field(default_factory=Served)
     requests: dict[str, int] = field(default_factory=dict)  # per model, since it was installed
@@ -233,7 +234,7 @@ class SimFleet:
 
     def _announce(self, agent: SimAgent) -> None:
         birth = Birth(agent.device_id, time.time(), __version__, agent.profile, dict(agent.tags), None,
-                      {"simulated": True, "profile": agent.profile}, desired_schemas=agent.schemas)
+                      {"simulated": True, "profile": agent.profile}, desired_schemas=agent.schemas, timezone=agent.timezone)
         self._links[agent.device_id].reporter.announce(birth, self._state(agent))
 
     def _state(self, agent: SimAgent) -> DeviceState:

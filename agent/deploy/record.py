@@ -24,6 +24,7 @@ from typing import Any
 from edgecore.durable import read_json
 from edgecore.errors import EdgeError
 from edgecore.protocol.manifest import Manifest
+from edgecore.windows import Maintenance
 
 __all__ = ["RECORD_SCHEMA", "Deployment", "Findings", "Options", "Outcome", "Part", "State"]
 
@@ -59,14 +60,17 @@ class Options:
 
     allow_downgrade: bool = False
     shadow_min: float | None = None  # the agreement a shadow run must reach; None: no shadow run
+    maintenance: Maintenance | None = None  # when it may install (agent.deploy.window); None: at once
 
     def to_dict(self) -> dict[str, Any]:
-        return {"allow_downgrade": self.allow_downgrade, "shadow_min": self.shadow_min}
+        return {"allow_downgrade": self.allow_downgrade, "shadow_min": self.shadow_min,
+                "maintenance": self.maintenance.to_json() if self.maintenance else None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Options:
-        shadow_min = data.get("shadow_min")
-        return cls(_typed(data, "allow_downgrade", bool, False), None if shadow_min is None else _number(shadow_min))
+        shadow_min, maintenance = data.get("shadow_min"), data.get("maintenance")
+        return cls(_typed(data, "allow_downgrade", bool, False), None if shadow_min is None else _number(shadow_min),
+                   None if maintenance is None else Maintenance.from_json(maintenance))
 
 
 @dataclass(frozen=True)

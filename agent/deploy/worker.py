@@ -4,7 +4,8 @@ The message loop only queues jobs (durably, see :mod:`agent.deploy.jobs`), so ch
 waits for a measurement or a model load, and no two changes ever race. A desired set is applied
 here: admitted (it must fit the memory budget) before anything is touched, then its pipelines that
 are gone removed, its changed units deployed one by one (each its own state machine run, noted in
-the job when done), and its models that are gone removed. Other models keep serving throughout.
+the job when done; a unit with maintenance windows waits for one first, agent.deploy.window), and
+its models that are gone removed. Other models keep serving throughout.
 
 Before the agent serves anything after a restart, :meth:`Worker.recover` makes sure the slot
 pointer names committed models: a deployment interrupted after it switched the pointer (ACTIVATE,
@@ -14,6 +15,7 @@ deployment's own health check ever serves an uncommitted model.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import threading
@@ -28,7 +30,9 @@ from agent.deploy.plan import Wanted, plan_set, unit_key
 from agent.deploy.slots import ActiveModel, Slots
 from agent.deploy.steps import Steps
 from agent.deploy.sweep import sweep
+from agent.deploy.window import Hold, WindowGate
 from agent.model_host import ModelHost
+from edgecore.windows import local_zone
 
 __all__ = ["EventSink", "Worker"]
 
@@ -46,7 +50,7 @@ class Worker:
     def __init__(self, state_dir: Path, machine: Machine, steps: Steps, slots: Slots, host: ModelHost,
                  event: EventSink, changed: Callable[[], None], stopping: threading.Event,
                  admission: Admission | None = None, on_idle: Callable[[], object] | None = None,
-                 drain_s: float = 30.0) -> None:
+                 drain_s: float = 30.0, window: WindowGate | None = None) -> None:
         self.state_dir = state_dir
         self.record_path = state_dir / "deployment.json"
         self.jobs = JobQueue(state_dir / "jobs.json")
@@ -60,6 +64,7 @@ class Worker:
         self.admission = admission
         self.on_idle = on_idle  # runs between jobs when none waits (agent.idle_remeasure), on this thread
         self.drain_s = drain_s  # a removed model's requests in flight get this long before its files go
+        self.window = window or WindowGate(local_zone(None))  # a unit with maintenance windows waits for one
         self.current: Deployment | None = None  # the deployment running now
         self.applying: tuple[Wanted, ...] = ()  # the set being applied now (its admission is asked again after staging)
         self._resumed: Deployment | None = None
@@ -180,7 +185,14 @@ class Worker:
                 if self.jobs.newer_deploy(job):
                     self._superseded(job, unit)
                     continue
-                self._deploy(Deployment([w.part() for w in unit], ticket=job.ticket))
+                hold = self.window.hold(unit, self.event, self.stopping, functools.partial(self.jobs.newer_deploy, job))
+                if hold is Hold.STOPPING:
+                    return False
+                if hold is Hold.SUPERSEDED:
+                    self._superseded(job, unit)
+                    continue
+                if hold is Hold.GO:
+                    self._deploy(Deployment([w.part() for w in unit], ticket=job.ticket))
                 job = self.jobs.progress(job, key)
             if not self.jobs.newer_deploy(job):
                 for name in plan.remove_models:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from edgecore.errors import ProtocolError, VerificationError
 from edgecore.protocol.schema import Fields, decode_json, encode_json
 from edgecore.protocol.topics import validate_id
+from edgecore.windows import MAX_WINDOWS, WindowError, Windows
 
 __all__ = [
     "CONFIG_KEYS",
@@ -39,6 +40,7 @@ CONFIG_KEYS: dict[str, str] = {
     "log_level": f"one of {', '.join(LOG_LEVELS)}",
     "tags": f"object of at most {MAX_TAGS} tags: id-like keys, values of at most 128 characters",
     "inference.max_queue": "integer, 0 to 65536 (requests that wait for an inference worker)",
+    "maintenance_windows": f"list of at most {MAX_WINDOWS} windows, DAYS HH:MM-HH:MM in device time ([]: install any time)",
 }
 
 
@@ -50,10 +52,13 @@ class ConfigSettings:
     log_level: str | None = None
     tags: dict[str, str] | None = None
     inference_max_queue: int | None = None
+    maintenance_windows: tuple[str, ...] | None = None  # canonical texts (edgecore.windows)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"telemetry_interval_s": self.telemetry_interval_s, "log_level": self.log_level,
-                                "tags": self.tags, "inference.max_queue": self.inference_max_queue}
+                                "tags": self.tags, "inference.max_queue": self.inference_max_queue,
+                                "maintenance_windows": None if self.maintenance_windows is None
+                                else list(self.maintenance_windows)}
         return {key: value for key, value in data.items() if value is not None}
 
     @classmethod
@@ -70,7 +75,16 @@ class ConfigSettings:
         if level is not None and level.upper() not in LOG_LEVELS:
             raise ProtocolError(f"{what}.log_level: {level!r} is not one of {', '.join(LOG_LEVELS)}")
         return cls(interval, None if level is None else level.upper(), _tags(f, what),
-                   f.opt_integer("inference.max_queue", 0, 65536))
+                   f.opt_integer("inference.max_queue", 0, 65536), _windows(f, what))
+
+
+def _windows(f: Fields, what: str) -> tuple[str, ...] | None:
+    if f.data.get("maintenance_windows") is None:
+        return None
+    try:
+        return tuple(Windows.parse(f.data["maintenance_windows"], f"{what}.maintenance_windows").texts())
+    except WindowError as exc:
+        raise ProtocolError(str(exc)) from None
 
 
 def _tags(f: Fields, what: str) -> dict[str, str] | None:

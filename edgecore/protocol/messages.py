@@ -22,6 +22,7 @@ from edgecore.errors import ProtocolError, VerificationError
 from edgecore.protocol.envelope import Envelope, TrustedKeys
 from edgecore.protocol.schema import Fields, decode_json, encode_json
 from edgecore.protocol.topics import validate_id
+from edgecore.windows import Maintenance, WindowError
 
 __all__ = [
     "COMMANDS",
@@ -50,15 +51,19 @@ MAX_DESIRED_BYTES = 8 * 1024 * 1024
 
 @dataclass(frozen=True)
 class DeployOptions:
-    """What the controller asks of one model's deployment: a downgrade allowed, a shadow run before cut-over."""
+    """What the controller asks of one model's deployment: a downgrade allowed, a shadow run before cut-over, and
+    when it may install (``maintenance``: its groups' windows in the device's local time, a forced-update deadline)."""
 
     allow_downgrade: bool = False
     shadow_min: float | None = None  # the agreement a shadow run must reach; None: no shadow run
+    maintenance: Maintenance | None = None  # None: install at once
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"allow_downgrade": self.allow_downgrade}
         if self.shadow_min is not None:
             data["shadow"] = {"min_agreement": self.shadow_min}
+        if self.maintenance:
+            data["maintenance"] = self.maintenance.to_json()
         return data
 
     @classmethod
@@ -69,7 +74,13 @@ class DeployOptions:
         if not isinstance(downgrade, bool):
             raise ProtocolError(f"{what}.allow_downgrade: expected bool, got {type(downgrade).__name__}")
         shadow = options.get("shadow")
-        return cls(downgrade, None if shadow is None else float(shadow["min_agreement"]))
+        maintenance = None
+        if options.get("maintenance") is not None:
+            try:
+                maintenance = Maintenance.from_json(options["maintenance"], f"{what}.maintenance")
+            except WindowError as exc:
+                raise ProtocolError(str(exc)) from None
+        return cls(downgrade, None if shadow is None else float(shadow["min_agreement"]), maintenance)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from edgecore.protocol.logs import LogAnswer
 from edgecore.protocol.schema import Fields, decode_json, encode_json
 from edgecore.protocol.telemetry import DeviceMetrics, LatencyFigures, ModelTelemetry, StateDisk, Telemetry
 from edgecore.protocol.topics import validate_id
+from edgecore.windows import MAX_WINDOWS, WindowError, Windows
 
 __all__ = [
     "Birth",
@@ -93,6 +94,8 @@ class Birth:
     profiles: dict[str, Any] = field(default_factory=dict)  # target profile -> can the runtimes run it (shown as it is)
     # The desired-state schemas the agent takes (edgecore.protocol.messages); absent: an agent from before sets, 1 only.
     desired_schemas: tuple[int, ...] = (1,)
+    timezone: str | None = None  # the IANA zone its maintenance windows are read in; None: unknown (an older agent)
+    maintenance_windows: tuple[str, ...] = ()  # its own windows (agent.yaml or its configuration) when it connected
 
     def speaks(self, schema: int) -> bool:
         """Whether the agent takes a desired state of this schema (2: a set of models and pipelines)."""
@@ -101,7 +104,8 @@ class Birth:
     def to_json(self) -> dict[str, Any]:
         return {"device_id": self.device_id, "ts": self.ts, "agent_version": self.agent_version, "target": self.target,
                 "tags": self.tags, "inference_url": self.inference_url, "hardware": self.hardware, "runtimes": self.runtimes,
-                "profiles": self.profiles, "desired_schemas": list(self.desired_schemas)}
+                "profiles": self.profiles, "desired_schemas": list(self.desired_schemas), "timezone": self.timezone,
+                "maintenance_windows": list(self.maintenance_windows)}
 
     def to_payload(self) -> bytes:
         return encode_json(self.to_json())
@@ -119,7 +123,17 @@ class Birth:
         return cls(validate_id(f.text("device_id", 64)), f.opt_number("ts"), f.opt_text("agent_version", 64),
                    f.opt_text("target", 64), f.entries("tags", Fields.text), f.opt_text("inference_url", 4096),
                    f.opt_raw_obj("hardware") or {}, f.entries("runtimes", Fields.text), f.opt_raw_obj("profiles") or {},
-                   _schemas(f))
+                   _schemas(f), f.opt_text("timezone", 64), _own_windows(f))
+
+
+def _own_windows(f: Fields) -> tuple[str, ...]:
+    """``maintenance_windows``: the device's own windows, each parsed as the agent parsed it; absent: none."""
+    if f.data.get("maintenance_windows") is None:
+        return ()
+    try:
+        return tuple(Windows.parse(f.array("maintenance_windows", MAX_WINDOWS), f"{f.what}.maintenance_windows").texts())
+    except WindowError as exc:
+        raise ProtocolError(str(exc)) from None
 
 
 def _schemas(f: Fields) -> tuple[int, ...]:

@@ -53,6 +53,9 @@ CREATE_SCHEMA: dict[str, Any] = {
         "start_at": {"type": "string", "format": "date-time",
                      "description": "Start time, ISO 8601 with an offset (e.g. 2026-11-28T02:00:00+01:00), after the "
                                     "controller's clock: the rollout is `scheduled` until then."},
+        "deadline": {"type": "string", "format": "date-time",
+                     "description": "Forced-update deadline, ISO 8601 with an offset, after the start: from then on the "
+                                    "maintenance windows of the devices' groups no longer hold them back."},
     },
 }
 REJECT_SCHEMA: dict[str, Any] = {
@@ -87,7 +90,7 @@ def fleet_request(body: dict[str, Any], packages: list[Path]) -> FleetRequest:
                            body.get("bake", "10m"), tuple(body.get("gates", ())), body.get("shadow", False),
                            body.get("allow_downgrade", False), body.get("dry_run", False),
                            max_per_minute=body.get("max_per_minute", 0), allow_no_data=body.get("allow_no_data", False),
-                           start_at=body.get("start_at"))
+                           start_at=body.get("start_at"), deadline=body.get("deadline"))
     _checked("waves", lambda: parse_waves(request.waves))
     _checked("max_failure", lambda: parse_rate(request.max_failure, "max_failure"))
     _checked("bake", lambda: parse_duration(request.bake, "bake"))
@@ -122,7 +125,7 @@ def rollout_routes(ctx: ApiContext) -> list[Route]:
             plan, rollout_id = deploy_uploaded(fleet, ctx.store, ctx.trusted(), ctx.wave_timeout_s, request.actor,
                                                ctx.approval_min_devices)
         except UserError as exc:
-            field = next((f for f in ("selector", "start_at") if str(exc).startswith(f)), None)
+            field = next((f for f in ("selector", "start_at", "deadline") if str(exc).startswith(f)), None)
             raise ApiError(400, str(exc), field) from None
         return Response(201 if rollout_id else 200, {"rollout_id": rollout_id, "dry_run": fleet.dry_run, "plan": plan.to_dict()})
 

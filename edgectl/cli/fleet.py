@@ -64,6 +64,9 @@ def deploy(
     start_at: str | None = typer.Option(
         None, "--start-at", help="With --fleet: start the rollout then (ISO 8601 with an offset, e.g. "
         "2026-11-28T02:00:00+01:00), by the controller's clock; it is `scheduled` until then."),
+    deadline: str | None = typer.Option(
+        None, "--deadline", help="With --fleet: the forced-update deadline (ISO 8601 with an offset): from then on the "
+        "maintenance windows of the devices' groups (`edgectl group windows`) no longer hold them back."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
     """Deploy a model: directly to --device IDs, or as a staged rollout to a --fleet selector.
@@ -75,11 +78,11 @@ def deploy(
     if fleet is not None:
         request = FleetRequest(artifacts, fleet, waves, max_failure, bake, gate, shadow, allow_downgrade, dry_run,
                                artifact_urls=artifact_url, max_per_minute=max_per_minute, allow_no_data=allow_no_data,
-                               start_at=start_at)
+                               start_at=start_at, deadline=deadline)
         fleet_deploy(ctx, request, wait, as_json)
         return
-    if start_at is not None:
-        raise UserError("--start-at schedules a --fleet rollout; a --device deploy runs now")
+    if start_at is not None or deadline is not None:
+        raise UserError("--start-at and --deadline are for a --fleet rollout; a --device deploy runs now")
     if len(artifacts) > 1 and (name or version):
         raise UserError("--name and --version build one .onnx model; give several artifacts as .edgepkg packages")
     urls = check_artifact_urls(artifact_url, len(artifacts))

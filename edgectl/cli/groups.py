@@ -38,6 +38,10 @@ def _store(ctx: typer.Context) -> Store:
     return open_store(load_edgectl_config(options(ctx).config), must_exist=False)
 
 
+WINDOW_HELP = ("A maintenance window in the device's local time, DAYS HH:MM-HH:MM: 'daily 02:00-04:00', "
+               "'Mon-Fri 22:00-02:00' (crosses midnight), 'Sat,Sun 00:00-24:00' (repeatable).")
+
+
 def _said(group: DeviceGroup) -> str:
     return f"{len(group.members)} member(s)" if group.kind == GroupKind.STATIC else f"query {group.query}"
 
@@ -47,7 +51,8 @@ def _print_group(group: DeviceGroup, verb: str, as_json: bool) -> None:
         print_json(group.to_dict())
     else:
         protected = ", protected: rollouts to it wait for approval" if group.protected else ""
-        console.print(f"group {group.name} ({group.kind}{protected}) {verb}: {_said(group)}; "
+        windows = f", installs only {'; '.join(group.windows)} device time" if group.windows else ""
+        console.print(f"group {group.name} ({group.kind}{protected}{windows}) {verb}: {_said(group)}; "
                       f"target it with --fleet {group.selector}")
 
 
@@ -60,11 +65,12 @@ def group_create(
                                      "id, target, model, version, status, agent, site or tag keys), evaluated when used."),
     description: str = typer.Option("", "--description", help="Free text."),
     protected: bool = typer.Option(False, "--protected", help="A rollout to it waits for a second operator's approval."),
+    window: list[str] = typer.Option([], "--window", "-w", help=WINDOW_HELP),
     as_json: bool = JSON,
 ) -> None:
     """Create a static group (--member ID...) or a dynamic group (--query SELECTOR)."""
     kind = GroupKind.STATIC if query is None else GroupKind.DYNAMIC
-    group = create_group(_store(ctx), name, kind.value, member, query or "", description, _actor(), protected)
+    group = create_group(_store(ctx), name, kind.value, member, query or "", description, _actor(), protected, window)
     _print_group(group, "created", as_json)
 
 
@@ -75,9 +81,10 @@ def group_list_command(ctx: typer.Context, as_json: bool = JSON) -> None:
     if as_json:
         print_json(rows)
         return
-    print_table("device groups", ["NAME", "KIND", "DEFINITION", "DEVICES", "DESCRIPTION"], [
+    print_table("device groups", ["NAME", "KIND", "DEFINITION", "DEVICES", "WINDOWS", "DESCRIPTION"], [
         (r["name"], r["kind"], r["query"] if r["kind"] == "dynamic" else f"{len(r['members'])} member(s)",
-         "unknown" if r["resolved"] is None else r["resolved"], r["description"]) for r in rows])
+         "unknown" if r["resolved"] is None else r["resolved"], "; ".join(r["windows"]) or "any time", r["description"])
+        for r in rows])
 
 
 @group_app.command("show")
@@ -119,6 +126,19 @@ def group_protect(
 ) -> None:
     """Mark a group protected: a rollout to it waits for a second operator's approval (--off: no longer)."""
     group = update_group(_store(ctx), name, protected=not off, actor=_actor())
+    _print_group(group, "changed", as_json)
+
+
+@group_app.command("windows")
+def group_windows(
+    ctx: typer.Context,
+    name: str = NAME,
+    window: list[str] = typer.Argument(None, help=WINDOW_HELP + " None given: the group has no windows any more."),
+    as_json: bool = JSON,
+) -> None:
+    """Set a group's maintenance windows: its devices install only inside one, in their own local time. A rollout waits
+    for each device's window; a running rollout keeps the windows it was planned with."""
+    group = update_group(_store(ctx), name, windows=window or [], actor=_actor())
     _print_group(group, "changed", as_json)
 
 

@@ -92,6 +92,8 @@ EXAMPLES: Mapping[str, tuple[Example, ...]] = {
         _e("edgectl deploy det-orin.edgepkg --fleet group:orins", "Staged rollout to a server-side device group"),
         _e("edgectl deploy det-orin.edgepkg --fleet all --start-at 2026-11-28T02:00:00+01:00",
            "Schedule a rollout: it starts at 02:00 (UTC+1) by the controller's clock"),
+        _e("edgectl deploy det-orin.edgepkg --fleet group:plant --deadline 2026-12-04T00:00:00Z",
+           "Devices install inside their groups' maintenance windows, and all of them from 4 December on"),
     ),
     "devices": (
         _e("edgectl devices", "Every device, its model and its health"),
@@ -111,6 +113,11 @@ EXAMPLES: Mapping[str, tuple[Example, ...]] = {
     "group protect": (
         _e("edgectl group protect orins", "Rollouts to this group wait for a second operator's approval"),
         _e("edgectl group protect orins --off", "Take the protection off"),
+    ),
+    "group windows": (
+        _e("edgectl group windows plant 'Mon-Fri 22:00-02:00' 'Sat,Sun 00:00-24:00'",
+           "Devices of this group install only on weeknights and weekends, in their local time"),
+        _e("edgectl group windows plant", "No maintenance windows: install any time"),
     ),
     "group delete": (_e("edgectl group delete pilot", "Delete a group no running rollout uses"),),
     "device": (_e("edgectl device show cam-1", "What one device runs and reports"),),
@@ -136,6 +143,8 @@ EXAMPLES: Mapping[str, tuple[Example, ...]] = {
            "A new version: telemetry every 30 s, debug logging"),
         _e("edgectl device config set cam-17 --set inference.max_queue=16 --tag line=3 --json",
            "Bound the inference queue and add a tag; JSON answer"),
+        _e("edgectl device config set cam-17 --set 'maintenance_windows=[\"Sat,Sun 00:00-24:00\"]'",
+           "This device installs updates only at weekends, in its local time"),
     ),
     "device config show": (_e("edgectl device config show cam-17 --json", "Desired, reported and sync, as JSON"),),
     "package": (_e("edgectl package list", "Uploaded packages and the rollouts that name them"),),

@@ -28,6 +28,7 @@ from edgecore.errors import ProtocolError
 from edgecore.protocol.topics import validate_id
 from edgectl.artifacts.urls import urls_for
 from edgectl.controller.gates import parse_gates
+from edgectl.controller.maintenance import maintenance_of
 from edgectl.controller.records import DeviceRecord, DeviceStatus, PackageRef, RolloutDevice, RolloutRow, RolloutSpec
 from edgectl.controller.sets import DeviceSet, Entry, SetMessage, desired_seq, schema_for
 from edgectl.controller.store import Store
@@ -154,7 +155,7 @@ class Composer:
         """The entry ``row``'s rollout puts on its device."""
         ref = spec.package(row.variant)
         return Entry(ref, rollout_id or row.rollout_id, urls_for(spec.artifact_urls, ref.artifact_id), spec.allow_downgrade,
-                     shadow_threshold(spec, row.wave))
+                     shadow_threshold(spec, row.wave), maintenance_of(spec, row))
 
     def previous(self, spec: RolloutSpec, row: RolloutDevice, target: str | None, seq: int = 0) -> Claim:
         """What the row's model was on its device before the row's first send (going back to it is no downgrade refusal)."""

@@ -22,7 +22,9 @@ until ``wave_timeout_s`` after its bake and then halts, unless the rollout allow
 (``--allow-no-data``). A phase is one entry of ``Engine.phases``. With ``--shadow`` the first wave's
 devices are asked for a shadow run before they cut over (the device compares the new model with the
 serving one and refuses below the agreement gate's threshold); their reported agreement is checked
-while the wave installs.
+while the wave installs. A device whose group has maintenance windows is sent only inside one, in its
+local time (edgectl.controller.maintenance), so its wave installs until the last window opened;
+each device's wave timeout counts from its own send, or from when it said its window opens.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from edgectl.controller.baselines import Baselines
 from edgectl.controller.composition import PREVIOUS, WITHDRAWN, Composer, previous_json, revert_message, shadow_threshold
 from edgectl.controller.gates import DeviceFacts, Gate, GateResult, blocking, first_failing, parse_gates
 from edgectl.controller.lifecycle import RolloutEvent, advance, applies_to
+from edgectl.controller.maintenance import OPENS_AT, hold_reason
 from edgectl.controller.pacing import SENT_AT, Pacer
 from edgectl.controller.records import (
     ACTIVE,
@@ -163,8 +166,11 @@ class Engine:
         self.store.audit("wave started", f"wave {rollout.wave}: {len(rows)} device(s)", rollout.id)
 
     def _send_planned(self, rollout: RolloutRow, rows: list[RolloutDevice]) -> None:
-        """Send the wave's planned devices: all at once, or as many as ``--max-per-minute`` allows now."""
-        due = self.pacer.due(rollout, rows, self.clock())
+        """Send the wave's planned devices whose maintenance windows are open (controller.maintenance): all at once,
+        or as many as ``--max-per-minute`` allows now. A device held by its window says so in its row."""
+        now = self.clock()
+        open_rows = [r for r in rows if r.status != D.PLANNED or not self._held(rollout, r, now)]
+        due = self.pacer.due(rollout, open_rows, now)
         if not due:
             return
         online = {d.id for d in self.store.devices() if d.online}
@@ -172,9 +178,16 @@ class Engine:
         for row in due:
             device = self.store.device(row.device_id)
             row.previous = ModelRef.named(device.state if device else None, rollout.spec.model)
-            if rollout.spec.max_per_minute:
-                row.data[SENT_AT] = self.clock()
+            row.data[SENT_AT] = now  # its wave timeout counts from here when that is later than the wave's start
             self._send(rollout, row, "desired state published")
+
+    def _held(self, rollout: RolloutRow, row: RolloutDevice, now: float) -> bool:
+        """Whether the row's maintenance window keeps it from being sent now (its detail then says until when)."""
+        reason = hold_reason(rollout.spec, row, now)
+        if reason is not None and reason != row.detail:
+            row.detail = reason
+            self.store.save_rollout_device(row)
+        return reason is not None
 
     def _send(self, rollout: RolloutRow, row: RolloutDevice, why: str) -> None:
         """Publish the device's set with this rollout's package in it; an offline device is deferred: it takes it
@@ -207,10 +220,11 @@ class Engine:
         spec, now = rollout.spec, self.clock()
         if rollout.status == S.RUNNING and any(r.status == D.PLANNED for r in rows):
             self._send_planned(rollout, rows)  # a paced wave sends the rest as the rate allows
-        if now - rollout.phase_since > spec.wave_timeout_s + self.pacer.stretch_s(rollout, rows):
-            for row in rows:
-                if row.status in IN_FLIGHT:
-                    self._set(rollout, row, D.FAILED, f"no final report within {spec.wave_timeout_s:.0f}s")
+        paced_start = rollout.phase_since + self.pacer.stretch_s(rollout, rows)
+        for row in rows:  # from the wave's start (stretched by pacing), its own send or the window its device waits for
+            started = max(paced_start, float(row.data.get(SENT_AT, 0.0)), float(row.data.get(OPENS_AT, 0.0)))
+            if row.status in IN_FLIGHT and now - started > spec.wave_timeout_s:
+                self._set(rollout, row, D.FAILED, f"no final report within {spec.wave_timeout_s:.0f}s")
         disagreement = self._shadow_verdict(rollout, rows)
         if disagreement:
             return self._stop(rollout, E.HALT, disagreement)

@@ -67,12 +67,13 @@ class DeviceGroup:
     created_at: float = 0.0
     updated_at: float = 0.0
     protected: bool = False  # a rollout to it waits for a second operator's approval (edgectl.fleet.approvals)
+    windows: tuple[str, ...] = ()  # maintenance windows in its devices' local time (edgecore.windows); none: any time
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind.value, "members": list(self.members),
                 "query": self.query if self.kind == GroupKind.DYNAMIC else None, "description": self.description,
                 "created_by": self.created_by, "created_at": self.created_at, "updated_at": self.updated_at,
-                "protected": self.protected}
+                "protected": self.protected, "windows": list(self.windows)}
 
     @property
     def selector(self) -> str:

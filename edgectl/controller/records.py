@@ -157,6 +157,7 @@ class RolloutSpec:
     start_at: float | None = None  # --start-at: the engine starts it then, by the store's clock (None: at once)
     approval: str = ""  # why it waits for a second operator's approval ("": it needs none)
     created_by: str = ""  # who recorded it: the one operator who may not approve it
+    deadline: float | None = None  # --deadline: from then on maintenance windows hold no device back (forced update)
 
     @property
     def model(self) -> str:
@@ -181,7 +182,7 @@ class RolloutSpec:
                 "shadow": self.shadow, "allow_downgrade": self.allow_downgrade, "wave_timeout_s": self.wave_timeout_s,
                 "max_per_minute": self.max_per_minute, "artifact_urls": list(self.artifact_urls),
                 "allow_no_data": self.allow_no_data, "start_at": self.start_at, "approval": self.approval,
-                "created_by": self.created_by}
+                "created_by": self.created_by, "deadline": self.deadline}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RolloutSpec:
@@ -195,7 +196,7 @@ class RolloutSpec:
             artifact_urls=tuple(str(u) for u in d.get("artifact_urls") or ()),
             allow_no_data=bool(d.get("allow_no_data", False)),
             start_at=None if d.get("start_at") is None else float(d["start_at"]), approval=str(d.get("approval") or ""),
-            created_by=str(d.get("created_by") or ""),
+            created_by=str(d.get("created_by") or ""), deadline=None if d.get("deadline") is None else float(d["deadline"]),
         )
 
 

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from edgecore.protocol.envelope import DESIRED_TYPE, Envelope, sign
 from edgecore.protocol.messages import DeployOptions, DesiredModel, DesiredSet, DesiredState
 from edgecore.protocol.reports import Birth
+from edgecore.windows import Maintenance
 from edgectl.controller.records import PackageRef
 from edgectl.package import Package
 from edgectl.sequence import next_sequence
@@ -39,6 +40,7 @@ class Entry:
     urls: tuple[str, ...] = ()
     allow_downgrade: bool = False
     shadow_min: float | None = None
+    maintenance: Maintenance | None = None  # when the device may install it (controller.maintenance); None: at once
 
     @property
     def name(self) -> str:
@@ -54,7 +56,8 @@ class Entry:
     def to_json(self) -> dict[str, object]:
         """How a row keeps it (``previous`` of a rollout row) and the API shows it."""
         return {"ref": self.ref.to_dict(), "deployment_id": self.deployment_id, "urls": list(self.urls),
-                "allow_downgrade": self.allow_downgrade, "shadow_min": self.shadow_min}
+                "allow_downgrade": self.allow_downgrade, "shadow_min": self.shadow_min,
+                "maintenance": self.maintenance.to_json() if self.maintenance else None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Entry:
@@ -62,8 +65,10 @@ class Entry:
         shadow = data.get("shadow_min")
         urls = data.get("urls") or []
         assert isinstance(ref, dict) and isinstance(urls, list)
+        maintenance = data.get("maintenance")
         return cls(PackageRef.from_dict(ref), str(data["deployment_id"]), tuple(str(u) for u in urls),
-                   bool(data.get("allow_downgrade", False)), None if not isinstance(shadow, (int, float)) else float(shadow))
+                   bool(data.get("allow_downgrade", False)), None if not isinstance(shadow, (int, float)) else float(shadow),
+                   None if maintenance is None else Maintenance.from_json(maintenance))
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ def sign_message(key: Ed25519PrivateKey, message: SetMessage, package: Callable[
     else:
         entry = message.entries[0] if message.entries else None
         model = None if entry is None else _desired(entry, package(entry.ref))
-        options = {} if entry is None else DeployOptions(entry.allow_downgrade, entry.shadow_min).to_json()
+        options = {} if entry is None else DeployOptions(entry.allow_downgrade, entry.shadow_min, entry.maintenance).to_json()
         payload = DesiredState(message.device_id, seq, issued, expires, entry.deployment_id if entry else message.deployment_id,
                                None if model is None else DesiredModel(model.name, model.version, model.manifest, model.urls),
                                options or {"allow_downgrade": False}).to_payload()
@@ -160,4 +165,4 @@ def desired_seq(payload: bytes) -> int:
 def _desired(entry: Entry, package: Package) -> DesiredModel:
     m = package.manifest
     return DesiredModel(m.name, m.version, package.envelope, entry.urls, entry.deployment_id,
-                        DeployOptions(entry.allow_downgrade, entry.shadow_min))
+                        DeployOptions(entry.allow_downgrade, entry.shadow_min, entry.maintenance))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from edgectl.controller.gates import parse_gate
 from edgectl.controller.planner import Plan, package_ref
@@ -34,6 +35,8 @@ class RolloutOptions:
     allow_no_data: bool = False  # a gate without data does not hold a baked wave (recorded in the spec)
     start_at: float | None = None  # the rollout waits, ``scheduled``, until then (checked by controller.schedule)
     approval: str = ""  # why it must wait for a second operator's approval ("": it need not)
+    deadline: float | None = None  # forced-update deadline: windows hold no device back from then on
+    windows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # device id -> row data (controller.maintenance)
 
 
 def _gates(options: RolloutOptions) -> tuple[list[str], float]:
@@ -55,7 +58,8 @@ def rollout_spec(store: Store, plan: Plan, options: RolloutOptions) -> RolloutSp
     return RolloutSpec(options.selector, tuple(packages), plan.waves, options.max_failure, options.bake_s, tuple(gates),
                        silence_s, options.shadow, options.allow_downgrade, options.wave_timeout_s,
                        artifact_urls=options.artifact_urls, max_per_minute=options.max_per_minute,
-                       allow_no_data=options.allow_no_data, start_at=options.start_at, approval=options.approval)
+                       allow_no_data=options.allow_no_data, start_at=options.start_at, approval=options.approval,
+                       deadline=options.deadline)
 
 
 def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str = "operator") -> str:
@@ -64,7 +68,8 @@ def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str
     spec = replace(rollout_spec(store, plan, options), created_by=actor)
     status = _first_status(plan, options)
     rollout = RolloutRow(rollout_id, time.time(), status, spec, wave=1, phase=Phase.START)
-    rows = [RolloutDevice(rollout_id, d.device_id, d.wave, d.variant or "", DeviceStatus.PLANNED) for d in plan.devices]
+    rows = [RolloutDevice(rollout_id, d.device_id, d.wave, d.variant or "", DeviceStatus.PLANNED,
+                          data=dict(options.windows.get(d.device_id, {}))) for d in plan.devices]
     rows += [RolloutDevice(rollout_id, d.device_id, 0, "", DeviceStatus.SKIPPED, detail=d.reason) for d in plan.skipped]
     rows += [RolloutDevice(rollout_id, d.device_id, 0, d.variant or "", DeviceStatus.REFUSED, detail=d.reason)
              for d in plan.refused]
@@ -75,6 +80,11 @@ def submit_rollout(store: Store, plan: Plan, options: RolloutOptions, actor: str
                                                       if spec.allow_no_data else ""), rollout_id, actor=actor)
     for d in plan.refused:
         store.audit("device refused", d.reason, rollout_id, d.device_id, actor=actor)
+    windowed = sum(1 for d in plan.devices if d.device_id in options.windows)
+    if windowed or options.deadline is not None:
+        deadline = f"; forced from {iso_utc(options.deadline)}" if options.deadline is not None else ""
+        store.audit("rollout windows", f"{windowed} device(s) install only inside their groups' maintenance "
+                    f"windows{deadline}", rollout_id, actor=actor)
     if status is RolloutStatus.AWAITING_APPROVAL:
         store.audit("rollout awaiting approval", f"{options.approval}: a second operator approves or rejects it",
                     rollout_id, actor=actor)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from edgecore.errors import NotFoundError, UserError
+from edgecore.windows import MAX_WINDOWS, Window, WindowError
 from edgectl.controller.groups import (
     MAX_DESCRIPTION,
     MAX_MEMBERS,
@@ -49,12 +50,12 @@ def device_chooser(store: Store | None, selector: str) -> Chooser:
 
 
 def create_group(store: Store, name: str, kind: str, members: Sequence[str] = (), query: str = "", description: str = "",
-                 actor: str = "operator", protected: bool = False) -> DeviceGroup:
+                 actor: str = "operator", protected: bool = False, windows: Sequence[str] = ()) -> DeviceGroup:
     """Check and keep a new group; GroupConflict when the name is taken. A rollout to a ``protected`` group waits
-    for a second operator's approval."""
+    for a second operator's approval; its devices install only inside its maintenance ``windows`` (edgecore.windows)."""
     now = store.now()
     group = _checked(store, DeviceGroup(check_group_name(name), _kind(kind), tuple(members), query.strip(), description,
-                                        actor, now, now, protected))
+                                        actor, now, now, protected, _windows(windows)))
     if not store.add_group(group):
         raise GroupConflict(f"a device group named {name!r} exists (see `edgectl group show {name}`)", "name")
     store.audit("group created", _said(group), actor=actor)
@@ -62,13 +63,16 @@ def create_group(store: Store, name: str, kind: str, members: Sequence[str] = ()
 
 
 def update_group(store: Store, name: str, members: Sequence[str] | None = None, query: str | None = None,
-                 description: str | None = None, actor: str = "operator", protected: bool | None = None) -> DeviceGroup:
-    """Replace a group's members (static), query (dynamic), description or protected flag; what is None is kept."""
+                 description: str | None = None, actor: str = "operator", protected: bool | None = None,
+                 windows: Sequence[str] | None = None) -> DeviceGroup:
+    """Replace a group's members (static), query (dynamic), description, protected flag or maintenance windows (``[]``:
+    none); what is None is kept. A running rollout keeps the windows it resolved when it was planned."""
     group = _group(store, name)
     changed = replace(group, members=group.members if members is None else tuple(members),
                       query=group.query if query is None else query.strip(),
                       description=group.description if description is None else description,
-                      protected=group.protected if protected is None else protected, updated_at=store.now())
+                      protected=group.protected if protected is None else protected,
+                      windows=group.windows if windows is None else _windows(windows), updated_at=store.now())
     return _save(store, _checked(store, changed, group.members), actor)
 
 
@@ -162,6 +166,19 @@ def _checked(store: Store, group: DeviceGroup, kept: Sequence[str] = ()) -> Devi
     return group
 
 
+def _windows(windows: Sequence[str]) -> tuple[str, ...]:
+    """The windows as their canonical texts; GroupInputError naming ``windows[i]`` for one that does not parse."""
+    if len(windows) > MAX_WINDOWS:
+        raise GroupInputError("windows", f"{len(windows)} windows; at most {MAX_WINDOWS}")
+    texts = []
+    for i, text in enumerate(windows):
+        try:
+            texts.append(str(Window.parse(text)))
+        except WindowError as exc:
+            raise GroupInputError(f"windows[{i}]", str(exc)) from None
+    return tuple(texts)
+
+
 def _members(store: Store, members: Sequence[str], kept: set[str]) -> tuple[str, ...]:
     if len(members) > MAX_MEMBERS:
         raise GroupInputError("members", f"at most {MAX_MEMBERS} devices")
@@ -195,4 +212,5 @@ def _save(store: Store, group: DeviceGroup, actor: str) -> DeviceGroup:
 
 def _said(group: DeviceGroup) -> str:
     what = f"{len(group.members)} member(s)" if group.kind == GroupKind.STATIC else f"query {group.query}"
-    return f"group {group.name} ({group.kind}{', protected' if group.protected else ''}): {what}"
+    windows = f", windows {'; '.join(group.windows)}" if group.windows else ""
+    return f"group {group.name} ({group.kind}{', protected' if group.protected else ''}{windows}): {what}"

@@ -16,6 +16,7 @@ from edgectl.config import EdgectlConfig
 from edgectl.controller.composition import Composer
 from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
 from edgectl.controller.lifecycle import REQUESTS
+from edgectl.controller.maintenance import OPENS_AT, WINDOWS, ZONE, window_data
 from edgectl.controller.planner import Plan, Screening, package_ref, parse_waves, plan_rollout, variant_id
 from edgectl.controller.records import FINAL, DeviceRecord, DeviceStatus, RolloutSpec, RolloutStatus
 from edgectl.controller.schedule import iso_utc, parse_start_at
@@ -60,6 +61,7 @@ class FleetRequest:
     max_per_minute: int = 0  # --max-per-minute: pace each wave
     allow_no_data: bool = False  # --allow-no-data: a gate without data does not hold a baked wave
     start_at: str | None = None  # --start-at: ISO 8601 with an offset; checked against the store's clock when recorded
+    deadline: str | None = None  # --deadline: ISO 8601 with an offset; from then on maintenance windows hold no device
 
 
 def rollout_options(request: FleetRequest, wave_timeout_s: float) -> RolloutOptions:
@@ -155,11 +157,18 @@ def _record(request: FleetRequest, options: RolloutOptions, packages: Sequence[P
     """Plan, then (unless a dry run) record: with its start time (not in the past by the store's clock) and,
     where the two-person rule asks for one, waiting for approval."""
     start_at = None if request.start_at is None else parse_start_at(request.start_at, store.now())
+    deadline = None if request.deadline is None else parse_start_at(request.deadline, store.now(), "deadline")
+    if deadline is not None and start_at is not None and deadline <= start_at:
+        raise UserError(f"deadline: {request.deadline!r} is not after the start time {request.start_at!r}")
     plan = plan_fleet_rollout(request, options, packages, records, store)
     if request.dry_run:
         return plan, None
     approval = approval_reason(store, request.selector, plan, min_devices)
-    return plan, submit_rollout(store, plan, replace(options, start_at=start_at, approval=approval), actor)
+    configured = {c.device_id: c.settings.maintenance_windows for c in store.device_configs()
+                  if c.settings.maintenance_windows is not None}
+    windows = window_data(store.groups(), records, configured)
+    return plan, submit_rollout(store, plan, replace(options, start_at=start_at, approval=approval, deadline=deadline,
+                                                     windows=windows), actor)
 
 
 def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:
@@ -175,12 +184,13 @@ def rollout_summary(store: Store, rollout_id: str) -> dict[str, Any]:
         "gates": list(spec.gates), "bake_s": spec.bake_s, "max_failure": spec.max_failure,
         "max_per_minute": spec.max_per_minute, "allow_no_data": spec.allow_no_data,
         "start_at": None if spec.start_at is None else iso_utc(spec.start_at), "approval": spec.approval or None,
-        "created_by": spec.created_by or None,
+        "created_by": spec.created_by or None, "deadline": None if spec.deadline is None else iso_utc(spec.deadline),
         "packages": [p.label for p in spec.packages],
         "devices": [{"device_id": r.device_id, "wave": r.wave, "status": r.status.value, "state": r.state, "detail": r.detail,
                      "variant": spec.package(r.variant).label if r.variant else None,
                      "backend": r.data.get("backend"), "health_p95_ms": r.data.get("health_p95_ms"),
-                     "shadow": r.data.get("shadow")} for r in rows],
+                     "shadow": r.data.get("shadow"), "windows": r.data.get(WINDOWS), "timezone": r.data.get(ZONE),
+                     "window_opens_at": r.data.get(OPENS_AT)} for r in rows],
         "skipped": [{"device_id": r.device_id, "reason": r.detail} for r in rows if r.status == DeviceStatus.SKIPPED],
     }
 

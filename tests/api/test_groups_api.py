@@ -90,3 +90,43 @@ def test_groups_api_bad_input_audit_and_a_rollout_to_a_group(api: ApiPlane) -> N
     assert [d["device_id"] for w in dry["waves"] for d in w["devices"]] == ["dock-000"]
     api.edgectl("group", "delete", "few", check=True)
     assert "few" not in _groups(api)
+
+
+def test_maintenance_windows_and_deadlines_refuse_bad_input_naming_the_field(api: ApiPlane) -> None:
+    """Windows on groups and a rollout's forced-update deadline, over the API and the CLI: bad input is a 400 (exit 2)
+    naming the field, and nothing is stored."""
+    api.agents(1, prefix="night")
+    _online(api, 1)
+    group = {"name": "night", "kind": "static", "members": ["night-000"]}
+    bad: dict[str, list[Any]] = {
+        "windows[0]": ["nightly"], "windows[1]": ["daily 02:00-04:00", "daily 25:00-26:00"],
+        "windows": ["daily 01:00-02:00"] * 17,
+    }
+    for field, windows in bad.items():
+        answer = api.call("POST", "/api/v1/groups", {**group, "windows": windows})
+        assert answer.status == 400 and answer.body["error"]["field"] == field, (field, answer.body)
+    assert _groups(api) == []
+    made = api.call("POST", "/api/v1/groups", {**group, "windows": ["mon-fri 22:00-02:00"]})
+    assert made.status == 201 and made.body["windows"] == ["Mon-Fri 22:00-02:00"]
+    refused = api.call("PATCH", "/api/v1/groups/night", {"windows": ["Mon 02:00-02:00"]})
+    assert refused.status == 400 and refused.body["error"]["field"] == "windows[0]"
+    assert "never stays open" in refused.body["error"]["message"]
+    assert api.call("GET", "/api/v1/groups/night", token="viewer").body["windows"] == ["Mon-Fri 22:00-02:00"]
+
+    variant = _upload(api, "det", 1)["variant"]
+    body = {"packages": [variant], "selector": "group:night", "waves": "100%", "bake": "1s"}
+    for deadline, says in (("tomorrow", "is not an ISO 8601 time"), ("2099-01-01T00:00:00", "has no UTC offset"),
+                           ("2001-01-01T00:00:00Z", "is in the past")):
+        answer = api.call("POST", "/api/v1/rollouts", {**body, "deadline": deadline})
+        assert answer.status == 400 and answer.body["error"]["field"] == "deadline" and says in answer.body["error"]["message"]
+    early = api.call("POST", "/api/v1/rollouts", {**body, "start_at": "2099-01-02T00:00:00Z", "deadline": "2099-01-01T00:00:00Z"})
+    assert early.status == 400 and early.body["error"]["field"] == "deadline"
+    assert api.call("GET", "/api/v1/rollouts", token="viewer").body["rollouts"] == []
+
+    cli = api.edgectl("group", "windows", "night", "Mon 99:00-01:00")
+    assert cli.returncode == 2 and "windows[0]" in cli.stderr and len(cli.stderr.strip().splitlines()) == 1
+    set_by_cli = json.loads(api.edgectl("group", "windows", "night", "daily 02:00-04:00", "--json", check=True).stdout)
+    assert set_by_cli["windows"] == ["daily 02:00-04:00"]
+    assert "daily 02:00-04:00" in api.edgectl("group", "list", check=True).stdout
+    cleared = json.loads(api.edgectl("group", "windows", "night", "--json", check=True).stdout)
+    assert cleared["windows"] == []

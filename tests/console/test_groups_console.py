@@ -126,3 +126,40 @@ def test_device_page_shows_desired_and_reported_configuration(plane: ConsolePlan
         assert browser.text("#config-reported") == "v1 applied; in force: v1"
     finally:
         agent.stop()
+
+
+def test_group_windows_protection_and_a_deadline_from_the_console(plane: ConsolePlane, browser: Browser) -> None:
+    """Maintenance windows and the two-person flag set on the group page (a bad window refused, nothing stored); a
+    rollout's forced-update deadline from the new-rollout page (docs/console.md)."""
+    assert plane.api("POST", "/groups", body={"name": "night", "kind": "static", "members": ["sim-cpu-x86-000"]})[0] == 201
+    browser.sign_in(plane.tokens["operator"])
+    browser.go("/groups/night", ready="group")
+    assert browser.text("#group-windows") == "Maintenance windows: none (installs any time)"
+    windows = browser.css("#windows-input")
+    windows.send_keys("Mon-Fri 22:00-02:00\nWeekends 01:00-02:00")
+    browser.click("#settings-save")
+    browser.wait(lambda: "windows[1]" in browser.text("#flash") and "'Weekends' is not a day" in browser.text("#flash"), 10,
+                 "the bad window refused, naming it")
+    assert plane.api("GET", "/groups/night", "viewer")[1]["windows"] == []  # nothing stored
+    windows.clear()
+    windows.send_keys("mon-fri 22:00-02:00\nSat,Sun 00:00-24:00")
+    browser.click("#protected-input")
+    browser.click("#settings-save")
+    browser.wait(lambda: browser.text("#group-windows").startswith("Installs only inside: Mon-Fri 22:00-02:00; "
+                                                                   "Sat-Sun 00:00-24:00 (each device's local time)"),
+                 10, "the windows shown as kept")
+    group = plane.api("GET", "/groups/night", "viewer")[1]
+    assert group["windows"] == ["Mon-Fri 22:00-02:00", "Sat-Sun 00:00-24:00"] and group["protected"] is True
+    assert "protected" in browser.text("#group-windows")
+
+    status, package = plane.api("POST", "/packages", raw=plane.package("nightly", 1).read_bytes())
+    assert status == 201, package
+    browser.go(f"/rollouts/new?package={package['variant']}&selector=group:night", ready="rollout-new")
+    browser.js("document.querySelector('#deadline').value = '2099-01-02T03:04'")
+    browser.click("#start")
+    browser.ready("rollout")
+    rollout_id = browser.js("return location.hash").rsplit("/", 1)[1]
+    rollout = plane.api("GET", f"/rollouts/{rollout_id}", "viewer")[1]
+    assert rollout["deadline"].startswith("2099-01-0") and rollout["approval"]  # protected: it waits for approval
+    assert rollout["devices"][0]["windows"] == [["Mon-Fri 22:00-02:00", "Sat-Sun 00:00-24:00"]]
+    plane.api("POST", f"/rollouts/{rollout_id}/reject", "admin", body={"reason": "test over"})

@@ -22,6 +22,7 @@ from edgecore.protocol.manifest import Manifest
 from edgecore.protocol.messages import DeployOptions, DesiredModel, DesiredSet, DesiredState
 from edgecore.protocol.reports import ChunkRequest, DeviceEvent
 from edgecore.transport import Message, MqttTransport
+from edgecore.windows import Maintenance
 from edgectl.artifacts.chunk_server import ArtifactServer, ServedArtifact
 from edgectl.keys import Keyring
 from edgectl.package import BuildOptions, Package, build_package, read_package
@@ -110,15 +111,16 @@ class Controller:
     def desired_set(self, device_id: str, models: Sequence[tuple[Package, str]],
                     pipelines: Sequence[tuple[Package, str]] = (), *, seq: int | None = None,
                     deployment_id: str | None = None, allow_downgrade: bool = False,
-                    shadow: dict[str, float] | None = None) -> str:
+                    shadow: dict[str, float] | None = None, maintenance: Maintenance | None = None) -> str:
         """Publish a signed (retained) schema 2 desired set: each package with the deployment id that put it there.
 
-        ``shadow``: the agreement a shadow run of that name must reach. Returns the set's deployment id."""
+        ``shadow``: the agreement a shadow run of that name must reach; ``maintenance``: every entry's windows and
+        deadline. Returns the set's deployment id."""
         deployment_id = deployment_id or f"s-{uuid.uuid4().hex[:10]}"
 
         def entry(package: Package, entry_id: str) -> DesiredModel:
             m = package.manifest
-            options = DeployOptions(allow_downgrade, (shadow or {}).get(m.name))
+            options = DeployOptions(allow_downgrade, (shadow or {}).get(m.name), maintenance)
             return DesiredModel(m.name, m.version, package.envelope, (), entry_id, options)
 
         now = time.time()

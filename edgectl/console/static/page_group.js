@@ -1,4 +1,5 @@
-// One device group: the devices it resolves to now, its members (static) or query (dynamic), delete, roll out to it.
+// One device group: the devices it resolves to now, its members (static) or query (dynamic), its maintenance windows
+// (in each device's local time) and protection (rollouts to it need a second operator), delete, roll out to it.
 
 import { fill, fmtAgo, h, pill } from "./dom.js";
 import { deviceIds } from "./page_groups.js";
@@ -37,7 +38,8 @@ export async function mount(main, [name], _params, ctx) {
   const actions = ctx.can("operator") ? h("div.actions",
     h("a#group-rollout", { href: `#/rollouts/new?selector=${encodeURIComponent(`group:${name}`)}` }, "Roll out to this group…"),
     h("button.danger#group-delete", { type: "button", onclick: remove }, "Delete group")) : null;
-  fill(main, h("p", h("a", { href: "#/groups" }, "← Groups")), h("h1", `Group ${name}`), editor, body, actions);
+  const settings = ctx.can("operator") ? settingsForm(group, change) : null;
+  fill(main, h("p", h("a", { href: "#/groups" }, "← Groups")), h("h1", `Group ${name}`), editor, settings, body, actions);
   const refresh = async () => {
     group = await ctx.api(path);
     draw(body, group, ctx, (members) => change({ members }));
@@ -53,6 +55,9 @@ function draw(el, g, ctx, saveMembers) {
     h("p#group-definition", { dataset: { kind: g.kind } },
       g.kind === "dynamic" ? `Dynamic: ${g.query}` : `Static: ${g.members.length} member(s)`,
       g.description ? ` · ${g.description}` : "", ` · created by ${g.created_by || "–"}`),
+    h("p#group-windows", (g.windows || []).length
+      ? `Installs only inside: ${g.windows.join("; ")} (each device's local time)` : "Maintenance windows: none (installs any time)",
+      g.protected ? " · protected: rollouts to it wait for a second operator's approval" : ""),
     g.problem ? h("p.error", `Does not resolve now: ${g.problem}`) : null,
     (g.missing || []).length ? h("p.muted#group-missing", `Members the store no longer holds: ${g.missing.join(", ")}`) : null,
     h("h2", `${devices.length} device(s) now`),
@@ -88,5 +93,20 @@ function queryForm(g, save) {
     },
   }, h("label", "Query", h("input", { name: "query", size: 40, value: g.query })),
   h("button.primary", { type: "submit" }, "Save query"));
+  return form;
+}
+
+function settingsForm(g, save) {
+  const windows = h("textarea#windows-input", { name: "windows", rows: 2, placeholder: "Mon-Fri 22:00-02:00",
+    value: (g.windows || []).join("\n") });
+  const protect = h("input#protected-input", { type: "checkbox", name: "protected", checked: g.protected });
+  const form = h("form.filters#settings-form", {
+    onsubmit: (event) => {
+      event.preventDefault();
+      save({ windows: windows.value.split("\n").map((w) => w.trim()).filter(Boolean), protected: protect.checked });
+    },
+  }, h("label", "Maintenance windows, device time (one per line: DAYS HH:MM-HH:MM)", windows),
+  h("label", protect, "Protected (two-person rule)"),
+  h("button.primary#settings-save", { type: "submit" }, "Save"));
   return form;
 }

@@ -2,7 +2,8 @@
 // A group (group:NAME) is resolved when the rollout is recorded: the rollout keeps the devices it had then.
 // "Preview" asks the server for a dry run (the plan, nothing recorded); "Start" records it for the controller: at once,
 // or scheduled for a start time (this browser's local time, sent with its offset). A rollout to a protected group, or
-// above the configured size, waits for a second operator's approval on its page.
+// above the configured size, waits for a second operator's approval on its page. Devices of groups with maintenance
+// windows install inside them, in their own local time, until the optional forced-update deadline.
 
 import { fill, fmtBytes, h } from "./dom.js";
 
@@ -21,7 +22,7 @@ export async function mount(main, _args, params, ctx) {
     placeholder: "all, target=nnapi, group:NAME" });
   const groupPick = h("select#group-pick", { onchange: () => { if (groupPick.value) selector.value = `group:${groupPick.value}`; } },
     h("option", { value: "" }, "—"),
-    (groupList.groups || []).map((g) => h("option", { value: g.name }, `${g.name} (${g.kind}${g.protected ? ", protected" : ""}, ${g.resolved ?? "?"} now)`)));
+    (groupList.groups || []).map((g) => h("option", { value: g.name }, `${g.name} (${g.kind}${g.protected ? ", protected" : ""}${(g.windows || []).length ? ", windows" : ""}, ${g.resolved ?? "?"} now)`)));
   const preselected = new Set(params.getAll("package"));
   const plan = h("div.plan#plan");
   const form = h("form.stack.panel#rollout-form", { onsubmit: (e) => e.preventDefault() },
@@ -37,7 +38,9 @@ export async function mount(main, _args, params, ctx) {
     h("div.row",
       h("label", "Max failure per wave", h("input", { name: "max_failure", value: "5%" })),
       h("label", "Bake after each wave", h("input", { name: "bake", value: "10m" })),
-      h("label", "Start at (optional, your local time)", h("input#start-at", { type: "datetime-local", name: "start_at" }))),
+      h("label", "Start at (optional, your local time)", h("input#start-at", { type: "datetime-local", name: "start_at" })),
+      h("label", { title: "From then on the maintenance windows of the devices' groups no longer hold them back" },
+        "Forced-update deadline (optional)", h("input#deadline", { type: "datetime-local", name: "deadline" }))),
     h("label", "Gates (one per line, e.g. p95_latency <= 1.2x)", h("textarea", { name: "gates", rows: 3 })),
     h("div.row.checks",
       h("label", h("input", { type: "checkbox", name: "shadow" }), "Shadow run (compare against the old model first)"),
@@ -65,6 +68,8 @@ export async function mount(main, _args, params, ctx) {
     };
     const startAt = String(data.get("start_at") || "");
     if (startAt) body.start_at = new Date(startAt).toISOString(); // UTC with its offset (Z): one instant everywhere
+    const deadline = String(data.get("deadline") || "");
+    if (deadline) body.deadline = new Date(deadline).toISOString();
     if (!body.packages.length) {
       ctx.flash("Choose at least one package.");
       return;

@@ -1,4 +1,4 @@
-"""Server-side device groups (``device_groups``, migrations 8 and 11), written once for both engines.
+"""Server-side device groups (``device_groups``, migrations 8, 11 and 14), written once for both engines.
 
 A static group's members are kept as a JSON array of device ids in one column: a group is read and
 written whole, and resolved against the devices in Python like every selector.
@@ -14,7 +14,7 @@ from edgectl.controller.groups import DeviceGroup, GroupKind
 
 __all__ = ["GroupSql"]
 
-COLUMNS = ("name", "kind", "members", "query", "description", "created_by", "created_at", "updated_at", "protected")
+COLUMNS = ("name", "kind", "members", "query", "description", "created_by", "created_at", "updated_at", "protected", "windows")
 
 
 class GroupSql:
@@ -49,10 +49,11 @@ class GroupSql:
 
 def _values(group: DeviceGroup) -> tuple[Any, ...]:
     return (group.name, group.kind.value, json.dumps(list(group.members)), group.query, group.description, group.created_by,
-            group.created_at, group.updated_at, int(group.protected))
+            group.created_at, group.updated_at, int(group.protected), json.dumps(list(group.windows)))
 
 
 def _group(r: Any) -> DeviceGroup:
     return DeviceGroup(r["name"], GroupKind(r["kind"]), tuple(str(m) for m in json.loads(r["members"] or "[]")),
                        r["query"] or "", r["description"] or "", r["created_by"] or "", float(r["created_at"] or 0.0),
-                       float(r["updated_at"] or 0.0), bool(r["protected"]))
+                       float(r["updated_at"] or 0.0), bool(r["protected"]),
+                       tuple(str(w) for w in json.loads(r["windows"] or "[]")))

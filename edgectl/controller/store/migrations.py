@@ -231,6 +231,10 @@ CREATE TABLE IF NOT EXISTS device_configs(
     device_id TEXT PRIMARY KEY, version INTEGER NOT NULL, settings TEXT NOT NULL, updated_by TEXT, updated_at {real},
     published INTEGER NOT NULL DEFAULT 0);
 """
+# Version 14: maintenance windows of device groups (edgecore/windows.py), a JSON array of window texts.
+V14 = """
+ALTER TABLE device_groups ADD COLUMN windows TEXT NOT NULL DEFAULT '[]';
+"""
 SQLITE = {"real": "REAL", "id": ""}
 POSTGRES = {"real": "DOUBLE PRECISION", "id": "id BIGSERIAL PRIMARY KEY, "}
 
@@ -249,6 +253,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "protected device groups", V11, V11),
     Migration(12, "remote log requests and answers", V12.format(**SQLITE), V12.format(**POSTGRES)),
     Migration(13, "desired device configurations", V13.format(**SQLITE), V13.format(**POSTGRES)),
+    Migration(14, "maintenance windows of device groups", V14, V14),
 )
 LATEST = MIGRATIONS[-1].version
 
