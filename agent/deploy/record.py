@@ -63,8 +63,10 @@ class Options:
     maintenance: Maintenance | None = None  # when it may install (agent.deploy.window); None: at once
 
     def to_dict(self) -> dict[str, Any]:
-        return {"allow_downgrade": self.allow_downgrade, "shadow_min": self.shadow_min,
-                "maintenance": self.maintenance.to_json() if self.maintenance else None}
+        data: dict[str, Any] = {"allow_downgrade": self.allow_downgrade, "shadow_min": self.shadow_min}
+        if self.maintenance:  # records and jobs written without windows read as before
+            data["maintenance"] = self.maintenance.to_json()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Options:

@@ -73,11 +73,16 @@ def config_set(
     device_id: str = DEVICE,
     pairs: list[str] = typer.Option([], "--set", "-s", help=f"KEY=VALUE (repeatable); keys: {', '.join(CONFIG_KEYS)}."),
     tags: list[str] = typer.Option([], "--tag", "-t", help="A tag KEY=VALUE (repeatable), merged over agent.yaml's."),
+    windows: list[str] = typer.Option([], "--window", "-w", help="The device's own maintenance window, DAYS HH:MM-HH:MM "
+                                      "in its local time (repeatable): it installs no update outside them."),
     as_json: bool = JSON,
 ) -> None:
     """Set the device's next configuration version: keys not given go back to its agent.yaml."""
     store = _store(ctx)
-    desired = set_device_config(store, device_id, _settings(pairs, tags), _actor())
+    settings = _settings(pairs, tags)
+    if windows:
+        settings["maintenance_windows"] = windows
+    desired = set_device_config(store, device_id, settings, _actor())
     view = device_config_view(store, device_id)
     if as_json:
         print_json(view)

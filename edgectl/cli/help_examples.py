@@ -143,7 +143,7 @@ EXAMPLES: Mapping[str, tuple[Example, ...]] = {
            "A new version: telemetry every 30 s, debug logging"),
         _e("edgectl device config set cam-17 --set inference.max_queue=16 --tag line=3 --json",
            "Bound the inference queue and add a tag; JSON answer"),
-        _e("edgectl device config set cam-17 --set 'maintenance_windows=[\"Sat,Sun 00:00-24:00\"]'",
+        _e("edgectl device config set cam-17 --window 'Sat,Sun 00:00-24:00'",
            "This device installs updates only at weekends, in its local time"),
     ),
     "device config show": (_e("edgectl device config show cam-17 --json", "Desired, reported and sync, as JSON"),),

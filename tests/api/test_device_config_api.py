@@ -117,6 +117,8 @@ def test_set_reaches_the_agent_and_shows_in_sync(plane: Plane) -> None:
     ({"settings": {"log_level": "LOUD"}}, "settings.log_level"),
     ({"settings": {"tags": {"a b": "x"}}}, "settings.tags"),
     ({"settings": {"broker": "mqtt://elsewhere:1883"}}, "settings.broker"),
+    ({"settings": {"maintenance_windows": ["daily 02:00-04:00", "weekly"]}}, "settings.maintenance_windows[1]"),
+    ({"settings": {"maintenance_windows": "daily 02:00-04:00"}}, "settings.maintenance_windows"),
     ({"settings": []}, "settings"),
     ({}, "settings"),
     ({"settings": {}, "extra": 1}, "extra"),

@@ -34,3 +34,16 @@ def test_device_config_commands(tmp_path: Path) -> None:
     assert shown[-2:] == ["reported: v1 applied; in force: v1", "sync: in sync"], shown
     assert [a.actor.startswith("cli:") for a in store.audit_log(device_id="cam-1") if a.action == "device config set"] \
         == [True]
+
+
+def test_a_devices_own_windows_from_the_cli_bad_ones_named(tmp_path: Path) -> None:
+    home = EdgectlHome(tmp_path / "home", "mqtt://127.0.0.1:1")
+    home.path.mkdir()
+    store = SqliteStore(home.path / "controller.db")
+    store.upsert_device("cam-1", birth=Birth("cam-1"), birth_at=1.0)
+    bad = home.edgectl("device", "config", "set", "cam-1", "--window", "daily 02:00-04:00", "--window", "weekly")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: settings.maintenance_windows[1]: 'weekly'"), bad.stderr
+    assert store.device_config("cam-1") is None, "a refused config was stored"
+    home.edgectl("device", "config", "set", "cam-1", "--window", "sat,sun 00:00-24:00", check=True)
+    desired = store.device_config("cam-1")
+    assert desired is not None and desired.settings.maintenance_windows == ("Sat-Sun 00:00-24:00",)
