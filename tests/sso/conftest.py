@@ -123,15 +123,18 @@ class OidcProvider:
     def tls(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca))
 
-    def start(self) -> OidcProvider:
+    def __post_init__(self) -> None:
+        """Its keys, test CA and certificate, and port, chosen before it starts (the controller's settings name them)."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.keys = {"key-1": rsa_pem()}
-        _, cert, key = tls_files(self.root)
         self._write_keys()
+        tls_files(self.root)
         (self.root / "users.json").write_text(json.dumps(USERS))
-        self.port = free_port()
-        args = ["--port", str(self.port), "--cert", str(cert), "--key", str(key), "--keys", str(self.root / "keys.json"),
-                "--users", str(self.root / "users.json"),
+        self.port = self.port or free_port()
+
+    def start(self) -> OidcProvider:
+        args = ["--port", str(self.port), "--cert", str(self.root / "cert.pem"), "--key", str(self.root / "key.pem"),
+                "--keys", str(self.root / "keys.json"), "--users", str(self.root / "users.json"),
                 "--client", CLIENT_ID, "--secret", CLIENT_SECRET]
         for uri in self.redirect_uris:
             args += ["--redirect", uri]
