@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from edgecore.errors import UserError
+from edgecore.errors import UserError, VerificationError
 from edgectl.api.oidc import sso_from_settings
 from edgectl.api.router import ApiError
 from edgectl.cli.app import app, options
@@ -36,7 +36,7 @@ def sso_check(ctx: typer.Context,
         claims = sso.verify(text)
         principal = sso.principal(claims)
     except ApiError as exc:
-        raise UserError(exc.message) from None
+        raise VerificationError(exc.message) from None
     expires = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(claims["exp"]))
     if as_json:
         print_json({"user": principal.user, "role": principal.role.value, "expires": claims["exp"]})

@@ -10,6 +10,9 @@ import pytest
 from edgecore.errors import ConfigError
 from edgectl.api.oidc import REFETCH_S, Provider, Sso, sso_from_settings
 from edgectl.api.router import ApiError
+from edgectl.config import load_edgectl_config
+from tests.checkout import REPO
+from tests.docs.blocks import blocks
 from tests.sso.conftest import OidcProvider
 
 
@@ -64,3 +67,14 @@ def test_a_wrong_setting_is_a_config_error_naming_the_key(provider: OidcProvider
 
 def test_sso_is_off_without_an_issuer(provider: OidcProvider) -> None:
     assert sso_from_settings(provider.settings(issuer="")) is None
+
+
+def test_the_examples_in_docs_sso_md_load_and_are_valid(tmp_path: Path) -> None:
+    examples = [b for b in blocks(REPO / "docs" / "sso.md") if b.language == "yaml"]
+    assert len(examples) == 2
+    for i, block in enumerate(examples):
+        path = tmp_path / f"edgectl-{i}.yaml"
+        path.write_text("\n".join(block.body))
+        settings = load_edgectl_config(path).api.oidc
+        assert sso_from_settings(settings) is not None, block.where
+        assert settings.role_map and set(settings.role_map.values()) == {"viewer", "operator", "admin"}

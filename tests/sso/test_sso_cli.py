@@ -40,12 +40,12 @@ def test_a_good_token_names_the_user_and_role(provider: OidcProvider, folder: Pa
 def test_a_refused_token_is_one_line_saying_why(provider: OidcProvider, folder: Path) -> None:
     now = int(time.time())
     done = edgectl(folder, "sso", "check", provider.sign(provider.claims("alice", iat=now - 7200, exp=now - 3600)))
-    assert done.returncode != 0
+    assert done.returncode == 3  # a VerificationError
     assert "token refused: expired" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     no_role = edgectl(folder, "sso", "check", provider.sign(provider.claims("nora")))
-    assert no_role.returncode != 0 and "oidc:nora has no edgectl role" in no_role.stderr
+    assert no_role.returncode == 3 and "oidc:nora has no edgectl role" in no_role.stderr
 
 
 def test_without_a_provider_it_says_sso_is_off(tmp_path: Path) -> None:
     done = edgectl(tmp_path, "sso", "check", "a.b.c")
-    assert done.returncode != 0 and "single sign-on is off" in done.stderr, done.stderr
+    assert done.returncode == 2 and "single sign-on is off" in done.stderr, done.stderr
