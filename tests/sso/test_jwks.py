@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jwt
 import pytest
 
 from edgecore.errors import ConfigError
@@ -35,6 +36,9 @@ def test_a_rotated_key_is_fetched_once_the_refetch_interval_has_passed(provider:
     clock.now += REFETCH_S
     assert sso.principal(sso.verify(rotated)).role.value == "operator"
     assert sso.verify(provider.sign(provider.claims(), kid="key-1"))  # the old key is still published
+    without_kid = jwt.encode(provider.claims(), provider.keys["key-1"], algorithm="RS256")
+    with pytest.raises(ApiError, match="no key id"):  # two keys now: which one is not guessed
+        sso.verify(without_kid)
 
 
 def test_the_discovery_document_must_name_the_configured_issuer_exactly(provider: OidcProvider) -> None:

@@ -8,8 +8,10 @@ import json
 import time
 from collections.abc import Callable
 
+import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from tests.sso.conftest import CLIENT_ID, OidcProvider, SsoApi, rsa_pem
@@ -105,9 +107,16 @@ REFUSALS: dict[str, tuple[Callable[[OidcProvider], str], str]] = {
     # the old confusion: HS256 keyed with the provider's public key, which anyone can fetch
     "HS256 with the public key": (lambda p: _hs256_with_public_key(p), "algorithm 'HS256' is not accepted"),
     "unknown kid": (lambda p: p.sign(p.claims(), kid="never-published", key=rsa_pem()), "unknown key id"),
+    "ES256 naming the RSA key": (lambda p: p.sign(p.claims(), key=_ec_pem(), alg="ES256"), "does not fit"),
     "no exp": (lambda p: p.sign({k: v for k, v in p.claims().items() if k != "exp"}), "missing claim exp"),
     "malformed": (lambda p: "abc.def.ghi", "malformed"),
 }
+
+
+def _ec_pem() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()
 
 
 def _hs256_with_public_key(provider: OidcProvider) -> str:
@@ -135,6 +144,12 @@ def test_no_mapped_role_is_a_403_that_says_so(provider: OidcProvider, sso_api: S
     assert answer.status == 403, answer.body
     assert "oidc:nora has no edgectl role" in answer.body["error"]["message"]
     assert "nobody-maps-this" in answer.body["error"]["message"]
+
+
+def test_a_token_without_kid_is_checked_with_the_only_key(provider: OidcProvider, sso_api: SsoApi) -> None:
+    token = jwt.encode(provider.claims("victor"), provider.keys["key-1"], algorithm="RS256")
+    assert "kid" not in jwt.get_unverified_header(token)
+    assert sso_api.call("GET", "/api/v1/me", token).body["user"] == "oidc:victor"
 
 
 def test_edgectl_tokens_still_work_beside(sso_api: SsoApi) -> None:

@@ -173,7 +173,8 @@ document.getElementById("signout").addEventListener("click", () => {
 async function start() {
   try {
     const next = await completeSignIn(); // back from the provider's sign-in page (single sign-on)
-    if (next) history.replaceState(null, "", `${location.pathname}#${next}`); // no hashchange: route() below draws it
+    // The code is used once: never left in the address bar. No hashchange: route() below draws the page.
+    if (next) history.replaceState(null, "", `${location.pathname}#${next}`);
   } catch (err) {
     pendingFlash = err.message;
     history.replaceState(null, "", `${location.pathname}#/signin`);

@@ -38,7 +38,6 @@ export async function beginSignIn(config, next) {
 export async function completeSignIn() {
   const params = new URLSearchParams(location.search);
   if (!params.has("code") && !params.has("error")) return null;
-  history.replaceState(null, "", location.pathname); // the code is used once: never left in the address bar
   const pending = JSON.parse(sessionStorage.getItem(PENDING) || "null");
   sessionStorage.removeItem(PENDING);
   if (params.has("error")) {
