@@ -57,13 +57,14 @@ def _unavailable(what: str, exc: Exception | str) -> ApiError:
 
 
 def _read(request: urllib.request.Request | str, tls: ssl.SSLContext) -> Any:
-    """A JSON document over HTTP(S), bounded in size and time; 503 when it cannot be had."""
+    """A JSON document over HTTP(S), bounded in size and time; 503 when it cannot be had. An HTTP error status is
+    raised as it is: what it means is the caller's to say."""
     url = request if isinstance(request, str) else request.full_url
     try:
         with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_S, context=tls) as response:
             return json.loads(response.read(MAX_DOCUMENT_BYTES + 1)[:MAX_DOCUMENT_BYTES])
-    except urllib.error.HTTPError as exc:
-        raise exc from None
+    except urllib.error.HTTPError:
+        raise
     except (OSError, ValueError) as exc:
         raise _unavailable(url, exc) from None
 
@@ -164,6 +165,13 @@ def _claim(claims: dict[str, Any], path: str) -> Any:
     return node
 
 
+def _strings(value: Any) -> list[str]:
+    """A roles claim's values: one string, or the strings of a list."""
+    if isinstance(value, str):
+        return [value]
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 class Sso:
     """Checks a provider's JWTs and maps them to a caller; redeems the console's code."""
 
@@ -205,9 +213,7 @@ class Sso:
 
     def principal(self, claims: dict[str, Any]) -> Principal:
         name = next(str(claims[c]) for c in ("preferred_username", "email", "sub") if claims.get(c))
-        value = _claim(claims, self.settings.roles_claim)
-        values = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] \
-            if isinstance(value, list) else []
+        values = _strings(_claim(claims, self.settings.roles_claim))
         matched = [self.roles[v] for v in values if v in self.roles]
         if not matched:
             raise ApiError(403, f"oidc:{name} has no edgectl role: claim {self.settings.roles_claim} holds "

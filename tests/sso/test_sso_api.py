@@ -62,6 +62,8 @@ def test_the_console_learns_where_to_send_the_browser(provider: OidcProvider, ss
 def test_the_highest_mapped_role_wins_and_a_viewer_cannot_steer(provider: OidcProvider, sso_api: SsoApi) -> None:
     admin = provider.sign(provider.claims("alice", roles=["fleet-viewers", "fleet-admins", "fleet-operators"]))
     assert sso_api.call("GET", "/api/v1/me", admin).body["role"] == "admin"
+    one_string = provider.sign(provider.claims("alice", roles="fleet-admins"))  # a claim may hold one string
+    assert sso_api.call("GET", "/api/v1/me", one_string).body["role"] == "admin"
     viewer = provider.sign(provider.claims("victor"))
     refused = sso_api.call("POST", "/api/v1/groups", viewer, {"name": "by-viewer", "kind": "dynamic", "query": "target=x"})
     assert refused.status == 403 and "oidc:victor is viewer" in refused.body["error"]["message"]
