@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from edgecore.errors import UserError, VerificationError
+from edgecore.errors import OperationFailed, UserError, VerificationError
 from edgectl.api.oidc import sso_from_settings
 from edgectl.api.router import ApiError
 from edgectl.cli.app import app, options
@@ -35,8 +35,8 @@ def sso_check(ctx: typer.Context,
     try:
         claims = sso.verify(text)
         principal = sso.principal(claims)
-    except ApiError as exc:
-        raise VerificationError(exc.message) from None
+    except ApiError as exc:  # refused (401, 403), or the provider cannot be used (503)
+        raise (VerificationError if exc.status < 500 else OperationFailed)(exc.message) from None
     expires = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(claims["exp"]))
     if as_json:
         print_json({"user": principal.user, "role": principal.role.value, "expires": claims["exp"]})

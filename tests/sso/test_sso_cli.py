@@ -49,3 +49,10 @@ def test_a_refused_token_is_one_line_saying_why(provider: OidcProvider, folder: 
 def test_without_a_provider_it_says_sso_is_off(tmp_path: Path) -> None:
     done = edgectl(tmp_path, "sso", "check", "a.b.c")
     assert done.returncode == 2 and "single sign-on is off" in done.stderr, done.stderr
+
+
+def test_an_unreachable_provider_exits_5_saying_so(provider: OidcProvider, tmp_path: Path) -> None:
+    oidc = {"issuer": provider.issuer, "client_id": CLIENT_ID, "role_map": ROLE_MAP}  # no ca_file: its certificate fails
+    (tmp_path / "edgectl.yaml").write_text(json.dumps({"api": {"oidc": oidc}}))
+    done = edgectl(tmp_path, "sso", "check", provider.sign(provider.claims("alice")))
+    assert done.returncode == 5 and "provider cannot be used" in done.stderr, done.stderr
