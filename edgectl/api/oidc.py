@@ -175,8 +175,8 @@ def _strings(value: Any) -> list[str]:
 class Sso:
     """Checks a provider's JWTs and maps them to a caller; redeems the console's code."""
 
-    def __init__(self, settings: OidcSettings, provider: Provider, clock: Callable[[], float] = time.time) -> None:
-        self.settings, self.provider, self.clock = settings, provider, clock
+    def __init__(self, settings: OidcSettings, provider: Provider) -> None:
+        self.settings, self.provider = settings, provider
         self.roles = {value: Role(role) for value, role in settings.role_map.items()}
         self.audiences = [a for a in (settings.client_id, settings.audience) if a]
 
