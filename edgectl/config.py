@@ -12,7 +12,8 @@ from edgecore.tls import TlsSettings
 from edgectl.controller.webhooks import RetryPolicy
 from edgectl.home import edgectl_home
 
-__all__ = ["ApiSettings", "ApprovalSettings", "ControllerSettings", "EdgectlConfig", "RetentionSettings", "load_edgectl_config"]
+__all__ = ["ApiSettings", "ApprovalSettings", "ControllerSettings", "EdgectlConfig", "OidcSettings", "RetentionSettings",
+           "load_edgectl_config"]
 
 SEARCH = (Path("edgectl.yaml"), Path.home() / ".config" / "edgectl" / "edgectl.yaml")
 
@@ -67,6 +68,26 @@ class ControllerSettings:
 
 
 @dataclass(frozen=True)
+class OidcSettings:
+    # Single sign-on with OpenID Connect (docs/sso.md): the API takes the provider's JWTs beside edgectl tokens and
+    # the console offers "Sign in with SSO". Off while issuer is empty. issuer: exactly the tokens' iss (its
+    # /.well-known/openid-configuration is read); client_id: the console's client at the provider (a token whose aud
+    # names it or audience is taken); client_secret: only for a confidential client (sent by the controller when it
+    # redeems the console's code); roles_claim: where the roles are, a dotted path such as realm_access.roles;
+    # role_map: claim value -> viewer/operator/admin (the highest one matched wins); leeway_s: allowed clock skew;
+    # ca_file: the CA certificates that the provider's https:// certificate chains to, when not the system's.
+    issuer: str = ""
+    client_id: str = ""
+    client_secret: str = ""
+    audience: str = ""
+    roles_claim: str = "roles"
+    role_map: dict[str, str] = field(default_factory=dict)
+    leeway_s: float = 60.0
+    scopes: str = "openid profile email"
+    ca_file: Path | None = None
+
+
+@dataclass(frozen=True)
 class ApiSettings:
     # The REST API and /metrics (`edgectl controller run --http ADDR`, `edgectl api serve`): HOST:PORT.
     # Off loopback it needs tls_cert and tls_key, unless insecure: true. See docs/api.md.
@@ -83,6 +104,7 @@ class ApiSettings:
     max_connections_per_address: int = 64
     header_timeout_s: float = 10.0
     idle_timeout_s: float = 30.0
+    oidc: OidcSettings = field(default_factory=OidcSettings)
 
 
 @dataclass(frozen=True)

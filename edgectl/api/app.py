@@ -16,11 +16,13 @@ from edgectl.api.device_logs import device_log_routes
 from edgectl.api.devices import device_routes
 from edgectl.api.groups import group_routes
 from edgectl.api.metrics import FleetCollector, render
+from edgectl.api.oidc import sso_from_settings
 from edgectl.api.openapi import openapi_document
 from edgectl.api.packages import package_routes
 from edgectl.api.rollouts import rollout_routes
 from edgectl.api.router import Request, Response, Route
 from edgectl.api.server import ApiServer, parse_listen, server_tls
+from edgectl.api.sso import sso_routes
 from edgectl.api.webhooks import webhook_routes
 from edgectl.config import ApiSettings, EdgectlConfig
 from edgectl.controller.accounts import Role
@@ -39,7 +41,7 @@ def api_routes(ctx: ApiContext) -> list[Route]:
     """Every route the server answers, the document and /metrics included."""
     routes = [*device_routes(ctx), *device_log_routes(ctx), *device_config_routes(ctx),
               *package_routes(ctx), *rollout_routes(ctx), *group_routes(ctx), *admin_routes(ctx),
-              *webhook_routes(ctx)]
+              *webhook_routes(ctx), *sso_routes(ctx)]
 
     def document(_request: Request) -> Response:
         return Response(200, openapi_document(routes))
@@ -59,7 +61,7 @@ def api_context(store: Store, config: EdgectlConfig, controller: Any = None, key
     settings = config.api
     ctx = ApiContext(store, Accounts(store), lambda: package_keys(ring), CollectorRegistry(), config.deploy.timeout_s,
                      settings.max_upload_mb << 20, settings.metrics_open, controller, _private_paths(store),
-                     approval_min_devices=config.controller.approval.min_devices)
+                     approval_min_devices=config.controller.approval.min_devices, sso=sso_from_settings(settings.oidc))
     ctx.registry.register(FleetCollector(ctx))
     health = getattr(controller, "health", None)
     if health is not None:  # the controller's store, lease, broker and ingest buffer: there while the store is down

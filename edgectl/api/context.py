@@ -13,6 +13,7 @@ from prometheus_client import Counter as PromCounter
 
 from edgecore.protocol.envelope import TrustedKeys
 from edgectl.api.accounts import Accounts
+from edgectl.api.oidc import Sso
 from edgectl.controller.store import Store
 
 __all__ = ["ApiContext", "ApiMetrics", "StoreTimer"]
@@ -62,6 +63,7 @@ class ApiContext:
     controller: Any = None  # the Controller service when the API runs inside `controller run`
     private_paths: tuple[str, ...] = ()  # directories of this host that no answer names (edgectl.api.server)
     approval_min_devices: int = 0  # controller.approval.min_devices: the two-person rule's size (edgectl.fleet.approvals)
+    sso: Sso | None = None  # api.oidc: the provider's JWTs taken beside edgectl tokens (edgectl.api.oidc)
     timer: StoreTimer = field(init=False)
     requests: ApiMetrics = field(init=False)
 

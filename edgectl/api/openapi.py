@@ -22,7 +22,8 @@ ERROR_SCHEMA: dict[str, Any] = {
         "status": {"type": "integer"}, "message": {"type": "string"},
         "field": {"type": "string", "description": "The body field or query parameter at fault (400)."}}}},
 }
-AUTH_RESPONSES = {"401": "Missing, unknown, revoked or expired token", "403": "The token's role may not call this"}
+AUTH_RESPONSES = {"401": "Missing, unknown, revoked or expired token (for a JWT: why it was refused)",
+                  "403": "The token's role may not call this"}
 COMMON = {  # what the server may answer any request, before or beside its route
     "400": ("BadRequest", "A malformed request, or a query parameter that is unknown, repeated or out of range "
                           "(`field` names it)"),
@@ -59,7 +60,7 @@ def _operation(route: Route) -> dict[str, Any]:
         "parameters": [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in route.path_names]
                       + [_param(p) for p in route.params],
         "responses": {str(code): _response(route, code, text) for code, text in route.responses.items()},
-        "security": [{"bearer": []}] if route.role else [],
+        "security": [{"bearer": []}, {"oidc": []}] if route.role else [],
         "x-role": role,
     }
     responses = operation["responses"]
@@ -102,12 +103,17 @@ def openapi_document(routes: list[Route]) -> dict[str, Any]:
         "openapi": "3.0.3",
         "info": {"title": "edgectl controller API", "version": __version__,
                  "description": "Devices, packages, rollouts and the audit log of an edgectl fleet (docs/api.md). "
-                                "Send `Authorization: Bearer <token>` (`edgectl tokens create`). Roles: viewer reads, "
+                                "Send `Authorization: Bearer <token>` (`edgectl tokens create`), or a JWT from the "
+                                "single sign-on provider (docs/sso.md). Roles: viewer reads, "
                                 "operator also uploads packages and steers rollouts, admin also manages users and tokens. "
                                 "Every error is JSON: {\"error\": {\"status\", \"message\", \"field\"?}}."},
         "servers": [{"url": "/"}],
         "paths": paths,
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "components": {"securitySchemes": {
+                           "bearer": {"type": "http", "scheme": "bearer", "description": "An edgectl token (edgectl_...)."},
+                           "oidc": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                                    "description": "With api.oidc set: a JWT from that OpenID Connect provider, its role "
+                                                   "from the roles claim (docs/sso.md)."}},
                        "schemas": {"Error": ERROR_SCHEMA},
                        "responses": {name: _error(text) for name, text in COMMON.values()}},
     }

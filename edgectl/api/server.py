@@ -186,6 +186,8 @@ class ApiServer:
             return
         with self.ctx.timer.time("authenticate"):
             principal = self.ctx.accounts.authenticate(request.headers.get("authorization"))
+        if principal is None and self.ctx.sso is not None:  # a JWT from the provider: 401/403 saying why when refused
+            principal = self.ctx.sso.authenticate(request.headers.get("authorization"))
         if principal is None:
             raise ApiError(401, "a valid bearer token is needed (Authorization: Bearer edgectl_...; see `edgectl tokens create`)",
                            headers={"WWW-Authenticate": 'Bearer realm="edgectl"'})

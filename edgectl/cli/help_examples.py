@@ -217,6 +217,9 @@ EXAMPLES: Mapping[str, tuple[Example, ...]] = {
     "tokens create": (_e("edgectl tokens create alice --name laptop --expires 90d", "An API token for alice"),),
     "tokens list": (_e("edgectl tokens list --user alice", "Alice's tokens"),),
     "tokens revoke": (_e("edgectl tokens revoke tok-1", "Revoke one token by id"),),
+    "sso": (_e("edgectl sso check \"$JWT\"", "The user and role a provider's token signs in as"),),
+    "sso check": (_e("edgectl sso check \"$JWT\"", "The user and role a provider's token signs in as"),
+                  _e("edgectl sso check --json -", "The same, the token from standard input, as JSON")),
     # integrations
     "webhook": (_e("edgectl webhook add https://hooks.example.com/edge --event 'rollout.*'", "Rollout events to a URL"),),
     "webhook add": (

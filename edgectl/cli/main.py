@@ -32,6 +32,7 @@ COMMANDS = (
     "rollout",  # deploy --fleet, rollout ..., device show
     "security",  # pki, device enroll|revoke, broker config
     "sim",  # sim
+    "sso",  # sso check
     "webhooks",  # webhook add|list|remove|deliveries|redeliver
 )
 # What the workstation needs beyond the agent's own dependencies (the `host` extra in pyproject.toml).

@@ -46,9 +46,10 @@ def _start_driver(options: webdriver.ChromeOptions, log: Path) -> webdriver.Chro
 
 
 class Browser:
-    """One Chromium session; ``base`` is the console's URL (``http://127.0.0.1:PORT/console/``)."""
+    """One Chromium session; ``base`` is the console's URL (``http://127.0.0.1:PORT/console/``); certificates no CA of
+    the system's signed are taken only with ``accept_insecure_certs`` (a provider with a test CA, tests/sso)."""
 
-    def __init__(self, base: str, poll_ms: int = 500) -> None:
+    def __init__(self, base: str, poll_ms: int = 500, accept_insecure_certs: bool = False) -> None:
         self.base = base
         self.poll_ms = poll_ms
         self.profile = Path(tempfile.mkdtemp(prefix="edgectl-chromium-"))
@@ -57,6 +58,7 @@ class Browser:
         for flag in (*FLAGS, f"--user-data-dir={self.profile}"):
             options.add_argument(flag)
         options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # page errors go into a failing test's message
+        options.set_capability("acceptInsecureCerts", accept_insecure_certs)  # a test's own CA (tests/sso)
         self.driver = _start_driver(options, self.profile / "chromedriver.log")
         self.driver.set_page_load_timeout(60)
         self.driver.set_script_timeout(60)

@@ -89,10 +89,13 @@ def _start(plane: ConsolePlane, *args: str) -> subprocess.Popen[bytes]:
     return process
 
 
-def start_plane(root: Path, broker: BrokerProcess) -> ConsolePlane:
-    """Keys, users and tokens for each role, the controller with its HTTP API, and the simulated fleet, all online."""
+def start_plane(root: Path, broker: BrokerProcess, config: dict[str, Any] | None = None) -> ConsolePlane:
+    """Keys, users and tokens for each role, the controller with its HTTP API (``config``: its edgectl.yaml, if any),
+    and the simulated fleet, all online."""
     home = EdgectlHome(root / "home", broker.url)
     home.path.mkdir(parents=True)
+    if config is not None:
+        (home.path / "edgectl.yaml").write_text(json.dumps(config))  # JSON is YAML
     home.init_keys()
     port = free_port()
     plane = ConsolePlane(home, broker, f"http://127.0.0.1:{port}", root / "processes.log")

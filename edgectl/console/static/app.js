@@ -14,6 +14,7 @@ import * as rollout from "./page_rollout.js";
 import * as newRollout from "./page_new_rollout.js";
 import * as signin from "./page_signin.js";
 import * as webhooks from "./page_webhooks.js";
+import { completeSignIn } from "./sso.js";
 
 const ROUTES = [
   [/^\/$/, fleet],
@@ -169,7 +170,19 @@ document.getElementById("signout").addEventListener("click", () => {
   ctx.go("#/signin");
 });
 
-window.addEventListener("hashchange", route);
+async function start() {
+  try {
+    const next = await completeSignIn(); // back from the provider's sign-in page (single sign-on)
+    // The code is used once: never left in the address bar. No hashchange: route() below draws the page.
+    if (next) history.replaceState(null, "", `${location.pathname}#${next}`);
+  } catch (err) {
+    pendingFlash = err.message;
+    history.replaceState(null, "", `${location.pathname}#/signin`);
+  }
+  window.addEventListener("hashchange", route);
+  route();
+}
+
 timer = setInterval(tick, POLL_MS);
-route();
+start();
 window.edgectlConsole = { ctx, pollMs: POLL_MS, stop: () => clearInterval(timer) };
