@@ -124,6 +124,29 @@ def test_device_page_shows_desired_and_reported_configuration(plane: ConsolePlan
         browser.wait(lambda: browser.text("#config-sync") == "in sync", 10, "in sync on the open page")
         assert browser.text("#config-desired").startswith("v1: telemetry_interval_s=5 (by api:operator")
         assert browser.text("#config-reported") == "v1 applied; in force: v1"
+        assert not browser.all("#config-form")  # viewers do not edit
+
+        # An operator sets the next version on the page: bad JSON and a bad value are refused, nothing is stored.
+        browser.sign_in(plane.tokens["operator"])
+        browser.go("/devices/cam-config", ready="device")
+        browser.wait(lambda: browser.css("#config-input").get_attribute("value") == '{"telemetry_interval_s":5}', 10,
+                     "the editor filled with the desired settings")
+        field = browser.css("#config-input")
+        for text, says in (("{nope", "settings: not valid JSON"),
+                           ('{"maintenance_windows": ["weekly"]}', "settings.maintenance_windows[0]: 'weekly'")):
+            field.clear()
+            field.send_keys(text)
+            browser.click("#config-save")
+            browser.wait(lambda says=says: says in browser.text("#flash"), 10, f"refused: {says}")
+        assert plane.api("GET", "/devices/cam-config/config", "viewer")[1]["desired"]["version"] == 1
+        field.clear()
+        field.send_keys('{"log_level": "DEBUG", "maintenance_windows": ["Sat,Sun 00:00-24:00"]}')
+        browser.click("#config-save")
+        wait_for(lambda: plane.api("GET", "/devices/cam-config/config", "viewer")[1]["sync"] == "in sync"
+                 and plane.api("GET", "/devices/cam-config/config", "viewer")[1]["reported"]["applied_version"] == 2,
+                 30, "the agent to apply configuration v2 set on the page")
+        browser.wait(lambda: browser.text("#config-desired").startswith(
+            'v2: log_level="DEBUG", maintenance_windows=["Sat-Sun 00:00-24:00"] (by api:operator'), 10, "v2 shown")
     finally:
         agent.stop()
 

@@ -1,19 +1,52 @@
-// The device page's Configuration panel: the desired version and settings beside what the device reports of it.
+// The device page's Configuration panel: the desired version and settings beside what the device reports of it, and
+// for operators an editor of the next version (its settings as JSON: the keys docs/protocol.md lists; a bad key or
+// value is refused by the server, naming it, and nothing is stored).
 
 import { fill, fmtTime, h, pill } from "./dom.js";
+
+const KEYS = "telemetry_interval_s, log_level, tags, inference.max_queue, maintenance_windows";
 
 /** The panel, and ``refresh`` that reads ``GET /devices/{id}/config`` again (the page calls it on each refresh). */
 export function configPanel(deviceId, ctx) {
   const path = `/devices/${encodeURIComponent(deviceId)}/config`;
   const body = h("div#config-body", h("p.muted", "Loading…"));
-  const panel = h("section.panel#device-config", h("h2", "Configuration"), body);
+  let loaded = null;
   const refresh = async () => {
     try {
-      draw(body, await ctx.api(path));
+      loaded = await ctx.api(path);
+      draw(body, loaded);
+      if (editor && !editor.dataset.filled) fillEditor(loaded);
     } catch (err) {
       fill(body, h("p.error", err.message));
     }
   };
+  const text = h("textarea#config-input", { name: "settings", rows: 3, spellcheck: "false" });
+  const fillEditor = (view) => {
+    text.value = JSON.stringify(view.desired ? view.desired.settings : {});
+    editor.dataset.filled = "yes";
+  };
+  // Drawn once: a refresh redraws the facts above it, never the field being typed in.
+  const editor = !ctx.can("operator") ? null : h("form.stack#config-form", {
+    onsubmit: async (event) => {
+      event.preventDefault();
+      let settings;
+      try {
+        settings = JSON.parse(text.value || "{}");
+      } catch (err) {
+        ctx.flash(`settings: not valid JSON (${err.message})`);
+        return;
+      }
+      try {
+        await ctx.api(path, { method: "PUT", body: { settings } });
+        ctx.flash("");
+        await refresh();
+      } catch (err) {
+        ctx.flash(err.message);
+      }
+    },
+  }, h("label", `Next version's settings, JSON (keys: ${KEYS}; a key left out goes back to agent.yaml)`, text),
+  h("button.primary#config-save", { type: "submit" }, "Save as next version"));
+  const panel = h("section.panel#device-config", h("h2", "Configuration"), body, editor);
   return { panel, refresh };
 }
 
