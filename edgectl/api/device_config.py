@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgecore.errors import UserError
 from edgecore.protocol.device_config import CONFIG_KEYS
 from edgectl.api.context import ApiContext
 from edgectl.api.router import ApiError, Request, Response, Route
 from edgectl.controller.accounts import Role
-from edgectl.fleet.device_config import ConfigInputError, device_config_view, set_device_config
+from edgectl.fleet.device_config import ConfigInputError, device_config_view, set_device_config, set_group_config
 
 __all__ = ["SET_SCHEMA", "device_config_routes"]
 
@@ -43,6 +44,19 @@ def device_config_routes(ctx: ApiContext) -> list[Route]:
             raise ApiError(400, str(exc), exc.field) from None
         return Response(200, device_config_view(ctx.store, device_id))
 
+    def put_group(request: Request) -> Response:
+        try:
+            stored = set_group_config(ctx.store, request.path_params["name"], request.values["body"]["settings"],
+                                      request.actor)
+        except ConfigInputError as exc:
+            raise ApiError(400, str(exc), exc.field) from None
+        except UserError as exc:
+            if "resolves to no device" not in str(exc):
+                raise
+            raise ApiError(409, str(exc), "name") from None
+        return Response(200, {"group": request.path_params["name"],
+                              "devices": [{"device_id": d.device_id, "version": d.version} for d in stored]})
+
     return [
         Route("GET", "/api/v1/devices/{device_id}/config", Role.VIEWER,
               "A device's desired configuration, what the device reports of it, and whether they agree.", show,
@@ -52,4 +66,9 @@ def device_config_routes(ctx: ApiContext) -> list[Route]:
               body=SET_SCHEMA, responses={200: "Stored (the answer is as GET's)", 400: "Bad settings (names the field); "
                                           "nothing stored", 404: "No such device", 409: "Decommissioned"},
               tag="devices", answer=VIEW_SCHEMA),
+        Route("PUT", "/api/v1/groups/{name}/config", Role.OPERATOR,
+              "Set the configuration of every device the group resolves to now (each device's next version; a device "
+              "joining later gets none).", put_group, body=SET_SCHEMA,
+              responses={200: "Stored: each device and its new version", 400: "Bad settings (names the field); nothing "
+                         "stored", 404: "No such group", 409: "The group resolves to no device now"}, tag="groups"),
     ]

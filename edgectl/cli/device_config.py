@@ -21,7 +21,7 @@ from edgectl.controller.store import Store
 from edgectl.fleet import open_store
 from edgectl.fleet.device_config import device_config_view, set_device_config
 
-__all__ = ["config_app"]
+__all__ = ["config_app", "config_settings"]
 
 config_app = typer.Typer(help="A device's configuration: signed, versioned, applied by its agent over agent.yaml.",
                          no_args_is_help=True)
@@ -35,8 +35,9 @@ def _store(ctx: typer.Context) -> Store:
     return open_store(load_edgectl_config(options(ctx).config))
 
 
-def _settings(pairs: list[str], tags: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` (VALUE read as JSON when it is JSON, else as text) and ``--tag K=V`` as a settings object."""
+def config_settings(pairs: list[str], tags: list[str], windows: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` (VALUE read as JSON when it is JSON, else as text), ``--tag K=V`` and ``--window W`` as a settings
+    object."""
     settings: dict[str, Any] = {}
     for i, pair in enumerate(pairs):
         key, sep, value = pair.partition("=")
@@ -51,6 +52,8 @@ def _settings(pairs: list[str], tags: list[str]) -> dict[str, Any]:
         if not sep:
             raise UserError(f"--tag[{i}]: {tag[:60]!r} is not KEY=VALUE")
         settings.setdefault("tags", {})[key.strip()] = value
+    if windows:
+        settings["maintenance_windows"] = windows
     return settings
 
 
@@ -79,10 +82,7 @@ def config_set(
 ) -> None:
     """Set the device's next configuration version: keys not given go back to its agent.yaml."""
     store = _store(ctx)
-    settings = _settings(pairs, tags)
-    if windows:
-        settings["maintenance_windows"] = windows
-    desired = set_device_config(store, device_id, settings, _actor())
+    desired = set_device_config(store, device_id, config_settings(pairs, tags, windows), _actor())
     view = device_config_view(store, device_id)
     if as_json:
         print_json(view)

@@ -9,8 +9,10 @@ from typing import Any
 
 import typer
 
+from edgecore.protocol.device_config import CONFIG_KEYS
 from edgectl.cli.access import _actor
 from edgectl.cli.app import app, options
+from edgectl.cli.device_config import config_settings
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.config import load_edgectl_config
 from edgectl.controller.groups import DeviceGroup, GroupKind
@@ -25,6 +27,7 @@ from edgectl.fleet import (
     remove_members,
     update_group,
 )
+from edgectl.fleet.device_config import set_group_config
 
 NAME = typer.Argument(..., help="Group name (see `edgectl group list`).")
 DEVICES = typer.Argument(..., help="Device ids (see `edgectl devices`).")
@@ -140,6 +143,26 @@ def group_windows(
     for each device's window; a running rollout keeps the windows it was planned with."""
     group = update_group(_store(ctx), name, windows=window or [], actor=_actor())
     _print_group(group, "changed", as_json)
+
+
+@group_app.command("config")
+def group_config(
+    ctx: typer.Context,
+    name: str = NAME,
+    pairs: list[str] = typer.Option([], "--set", "-s", help=f"KEY=VALUE (repeatable); keys: {', '.join(CONFIG_KEYS)}."),
+    tags: list[str] = typer.Option([], "--tag", "-t", help="A tag KEY=VALUE (repeatable), merged over agent.yaml's."),
+    windows: list[str] = typer.Option([], "--window", "-w", help="The devices' own maintenance window (repeatable)."),
+    as_json: bool = JSON,
+) -> None:
+    """Set the configuration of every device the group resolves to now: each gets its next version (keys not given
+    go back to its agent.yaml); a device that joins the group later gets none."""
+    stored = set_group_config(_store(ctx), name, config_settings(pairs, tags, windows), _actor())
+    if as_json:
+        print_json({"group": name, "devices": [{"device_id": d.device_id, "version": d.version} for d in stored]})
+    else:
+        console.print(f"group {name}: configuration stored for {len(stored)} device(s) "
+                      f"({', '.join(f'{d.device_id} v{d.version}' for d in stored[:5])}{' …' if len(stored) > 5 else ''}); "
+                      "the controller signs and sends each")
 
 
 @group_app.command("delete")

@@ -119,6 +119,10 @@ EXAMPLES: Mapping[str, tuple[Example, ...]] = {
            "Devices of this group install only on weeknights and weekends, in their local time"),
         _e("edgectl group windows plant", "No maintenance windows: install any time"),
     ),
+    "group config": (
+        _e("edgectl group config plant --set telemetry_interval_s=30 --window 'Sat,Sun 00:00-24:00'",
+           "Every device of the group gets its next configuration version"),
+    ),
     "group delete": (_e("edgectl group delete pilot", "Delete a group no running rollout uses"),),
     "device": (_e("edgectl device show cam-1", "What one device runs and reports"),),
     "device show": (_e("edgectl device show cam-1", "What one device runs and reports"),),

@@ -1,6 +1,7 @@
 """Setting and showing a device's configuration on the controller store (the API and ``edgectl device config``).
 
-Each set stores a whole new version of the device's settings (keys left out go back to its agent.yaml);
+Each set stores a whole new version of the device's settings (keys left out go back to its agent.yaml),
+for one device or for every device a group resolves to when it is set;
 the settings are checked with the agent's own reader (edgecore/protocol/device_config.py), so what is
 stored the agent takes. The running controller's engine leader signs and publishes it.
 """
@@ -14,9 +15,10 @@ from typing import Any
 from edgecore.errors import NotFoundError, OperationFailed, ProtocolError, UserError
 from edgecore.protocol.device_config import ConfigSettings
 from edgectl.controller.device_config import DesiredConfig, config_view
+from edgectl.controller.groups import resolve_group
 from edgectl.controller.store import Store
 
-__all__ = ["ConfigInputError", "device_config_view", "set_device_config"]
+__all__ = ["ConfigInputError", "device_config_view", "set_device_config", "set_group_config"]
 
 
 class ConfigInputError(UserError):
@@ -53,6 +55,25 @@ def set_device_config(store: Store, device_id: str, data: Any, actor: str) -> De
         store.audit("device config set", f"version {desired.version}: {json.dumps(settings.to_json())}", device_id=device_id,
                     actor=actor)
     return desired
+
+
+def set_group_config(store: Store, name: str, data: Any, actor: str) -> list[DesiredConfig]:
+    """Store ``data`` as the next configuration version of every device the group resolves to now (decommissioned ones
+    left out), in one transaction, each audited; nothing is stored for bad settings or a group of no device."""
+    settings = read_settings(data)
+    group = store.group(name)
+    if group is None:
+        raise NotFoundError(f"no device group {name!r} (see `edgectl group list`)")
+    devices = [d for d in resolve_group(group, store.devices()) if d.decommissioned is None]
+    if not devices:
+        raise UserError(f"group {name!r} resolves to no device now: nothing to configure")
+    said = json.dumps(settings.to_json())
+    with store.batch():
+        stored = [store.put_device_config(d.id, settings, actor, time.time()) for d in devices]
+        for desired in stored:
+            store.audit("device config set", f"version {desired.version} (group {name}): {said}",
+                        device_id=desired.device_id, actor=actor)
+    return stored
 
 
 def device_config_view(store: Store, device_id: str) -> dict[str, Any]:

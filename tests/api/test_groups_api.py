@@ -130,3 +130,31 @@ def test_maintenance_windows_and_deadlines_refuse_bad_input_naming_the_field(api
     assert "daily 02:00-04:00" in api.edgectl("group", "list", check=True).stdout
     cleared = json.loads(api.edgectl("group", "windows", "night", "--json", check=True).stdout)
     assert cleared["windows"] == []
+
+
+def test_a_configuration_set_on_a_group_reaches_each_of_its_devices(api: ApiPlane) -> None:
+    """PUT /api/v1/groups/{name}/config and `edgectl group config`: each device the group resolves to now gets its
+    next version; bad settings are a 400 naming the key and nothing is stored for any device."""
+    api.agents(2, prefix="line")
+    _online(api, 2)
+    line = {"name": "line", "kind": "static", "members": ["line-000", "line-001"]}
+    assert api.call("POST", "/api/v1/groups", line).status == 201
+    assert api.call("POST", "/api/v1/groups", {"name": "none", "kind": "static"}).status == 201
+    bad = api.call("PUT", "/api/v1/groups/line/config", {"settings": {"maintenance_windows": ["weekly"]}})
+    assert bad.status == 400 and bad.body["error"]["field"] == "settings.maintenance_windows[0]", bad.body
+    assert api.call("GET", "/api/v1/devices/line-000/config", token="viewer").body["desired"] is None
+    assert api.call("PUT", "/api/v1/groups/nope/config", {"settings": {}}).status == 404
+    empty = api.call("PUT", "/api/v1/groups/none/config", {"settings": {}})
+    assert empty.status == 409 and "resolves to no device" in empty.body["error"]["message"]
+    assert api.call("PUT", "/api/v1/groups/line/config", {"settings": {}}, token="viewer").status == 403
+
+    done = api.call("PUT", "/api/v1/groups/line/config", {"settings": {"telemetry_interval_s": 30}})
+    assert done.status == 200 and done.body == {"group": "line", "devices": [
+        {"device_id": "line-000", "version": 1}, {"device_id": "line-001", "version": 1}]}
+    by_cli = json.loads(api.edgectl("group", "config", "line", "--window", "Sat 01:00-02:00", "--json", check=True).stdout)
+    assert [d["version"] for d in by_cli["devices"]] == [2, 2]
+    desired = api.call("GET", "/api/v1/devices/line-001/config", token="viewer").body["desired"]
+    assert desired["settings"] == {"maintenance_windows": ["Sat 01:00-02:00"]} and desired["updated_by"].startswith("cli:")
+    audit = [e["detail"] for e in api.call("GET", "/api/v1/audit", token="viewer").body["entries"]
+             if e["action"] == "device config set"]
+    assert sum("(group line)" in d for d in audit) == 4

@@ -4,6 +4,7 @@ and the device page's Logs panel, with a real agent (kept in this module: a new 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,10 @@ from tests.console.conftest import ConsolePlane
 from tests.fleet import AgentProcess, wait_for
 
 pytestmark = pytest.mark.slow
+
+
+def _flashed(browser: Browser, says: str) -> bool:
+    return says in browser.text("#flash")
 
 
 def _rows(browser: Browser, table: str, key: str) -> list[str]:
@@ -137,7 +142,7 @@ def test_device_page_shows_desired_and_reported_configuration(plane: ConsolePlan
             field.clear()
             field.send_keys(text)
             browser.click("#config-save")
-            browser.wait(lambda says=says: says in browser.text("#flash"), 10, f"refused: {says}")
+            browser.wait(functools.partial(_flashed, browser, says), 10, f"refused: {says}")
         assert plane.api("GET", "/devices/cam-config/config", "viewer")[1]["desired"]["version"] == 1
         field.clear()
         field.send_keys('{"log_level": "DEBUG", "maintenance_windows": ["Sat,Sun 00:00-24:00"]}')
