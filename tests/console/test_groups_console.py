@@ -180,6 +180,20 @@ def test_group_windows_protection_and_a_deadline_from_the_console(plane: Console
     assert group["windows"] == ["Mon-Fri 22:00-02:00", "Sat-Sun 00:00-24:00"] and group["protected"] is True
     assert "protected" in browser.text("#group-windows")
 
+    config = browser.css("#group-config-input")
+    config.clear()
+    config.send_keys('{"log_level": "LOUD"}')
+    browser.click("#group-config-save")
+    browser.wait(lambda: "settings.log_level" in browser.text("#flash"), 10, "a bad setting refused, naming it")
+    assert plane.api("GET", "/devices/sim-cpu-x86-000/config", "viewer")[1]["desired"] is None
+    config.clear()
+    config.send_keys('{"telemetry_interval_s": 20}')
+    browser.click("#group-config-save")
+    browser.wait(lambda: "Configuration stored for 1 device(s): sim-cpu-x86-000 v1" in browser.text("#flash"), 10,
+                 "the group's devices configured")
+    desired = plane.api("GET", "/devices/sim-cpu-x86-000/config", "viewer")[1]["desired"]
+    assert desired["settings"] == {"telemetry_interval_s": 20}
+
     status, package = plane.api("POST", "/packages", raw=plane.package("nightly", 1).read_bytes())
     assert status == 201, package
     browser.go(f"/rollouts/new?package={package['variant']}&selector=group:night", ready="rollout-new")

@@ -1,5 +1,6 @@
 // One device group: the devices it resolves to now, its members (static) or query (dynamic), its maintenance windows
-// (in each device's local time) and protection (rollouts to it need a second operator), delete, roll out to it.
+// (in each device's local time) and protection (rollouts to it need a second operator), a configuration for all its
+// devices at once, delete, roll out to it.
 
 import { fill, fmtAgo, h, pill } from "./dom.js";
 import { deviceIds } from "./page_groups.js";
@@ -39,7 +40,9 @@ export async function mount(main, [name], _params, ctx) {
     h("a#group-rollout", { href: `#/rollouts/new?selector=${encodeURIComponent(`group:${name}`)}` }, "Roll out to this group…"),
     h("button.danger#group-delete", { type: "button", onclick: remove }, "Delete group")) : null;
   const settings = ctx.can("operator") ? settingsForm(group, change) : null;
-  fill(main, h("p", h("a", { href: "#/groups" }, "← Groups")), h("h1", `Group ${name}`), editor, settings, body, actions);
+  const config = ctx.can("operator") ? configForm(path, ctx) : null;
+  fill(main, h("p", h("a", { href: "#/groups" }, "← Groups")), h("h1", `Group ${name}`), editor, settings, body, config,
+    actions);
   const refresh = async () => {
     group = await ctx.api(path);
     draw(body, group, ctx, (members) => change({ members }));
@@ -108,5 +111,31 @@ function settingsForm(g, save) {
   }, h("label", "Maintenance windows, device time (one per line: DAYS HH:MM-HH:MM)", windows),
   h("label", protect, "Protected (two-person rule)"),
   h("button.primary#settings-save", { type: "submit" }, "Save"));
+  return form;
+}
+
+function configForm(path, ctx) {
+  const text = h("textarea#group-config-input", { name: "settings", rows: 2, spellcheck: "false", value: "{}" });
+  const form = h("form.stack#group-config-form", {
+    onsubmit: async (event) => {
+      event.preventDefault();
+      let settings;
+      try {
+        settings = JSON.parse(text.value || "{}");
+      } catch (err) {
+        ctx.flash(`settings: not valid JSON (${err.message})`);
+        return;
+      }
+      try {
+        const done = await ctx.api(`${path}/config`, { method: "PUT", body: { settings } });
+        ctx.flash(`Configuration stored for ${done.devices.length} device(s): `
+          + done.devices.map((d) => `${d.device_id} v${d.version}`).join(", "));
+      } catch (err) {
+        ctx.flash(err.message);
+      }
+    },
+  }, h("h2", "Configure every device of the group"),
+  h("label", "Next version's settings for each device it resolves to now, JSON (as on a device's page)", text),
+  h("button#group-config-save", { type: "submit" }, "Save for all devices"));
   return form;
 }
