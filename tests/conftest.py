@@ -21,20 +21,30 @@ from tests.fleet import AgentProcess, EdgectlHome
 os.environ["PYTHONPATH"] = checkout_env()["PYTHONPATH"]
 
 
+# The worker's limits as it started, before any test or fixture could change them.
+LIMITS = {limit: resource.getrlimit(limit) for limit in (resource.RLIMIT_AS, resource.RLIMIT_NOFILE)}
+
+
+def restore_limits() -> None:
+    """Put the process's resource limits back to what the worker started with (a child started after inherits them)."""
+    for limit, wanted in LIMITS.items():
+        if resource.getrlimit(limit) != wanted:
+            resource.setrlimit(limit, wanted)
+
+
 @pytest.fixture(autouse=True)
 def process_state_kept() -> Iterator[None]:
-    """Every test leaves the worker's resource limits and root log level as it found them.
+    """Every test starts and ends with the worker's own resource limits and leaves the root log level as it found it.
 
-    An inference server started in process caps RLIMIT_AS (agent/serving/memory.py, as the agent does at start); every
-    process the worker starts later inherits the cap, and a browser, which reserves far more address space than it
-    uses, dies at start (chromedriver exit -5). An agent run in process applies a remote configuration's log level to
-    the root logger (agent/remote_config.py), and a later test's warnings were then dropped."""
-    kept = {limit: resource.getrlimit(limit) for limit in (resource.RLIMIT_AS, resource.RLIMIT_NOFILE)}
+    An inference server started in process caps RLIMIT_AS (agent/serving/memory.py, as the agent does at start), in a
+    test or in a module's fixture; every process the worker starts later inherits the cap, and a browser, which
+    reserves far more address space than it uses, dies at start (chromedriver exit -5). An agent run in process
+    applies a remote configuration's log level to the root logger (agent/remote_config.py), and a later test's warnings
+    were then dropped."""
+    restore_limits()
     level = logging.getLogger().level
     yield
-    for limit, (soft, hard) in kept.items():
-        if resource.getrlimit(limit) != (soft, hard):
-            resource.setrlimit(limit, (soft, hard))
+    restore_limits()
     logging.getLogger().setLevel(level)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import sys
 import traceback
@@ -36,7 +37,7 @@ COMMANDS = (
     "webhooks",  # webhook add|list|remove|deliveries|redeliver
 )
 # What the workstation needs beyond the agent's own dependencies (the `host` extra in pyproject.toml).
-HOST_MODULES = ("onnx", "onnxruntime", "openvino", "nncf")
+HOST_MODULES = ("onnx", "onnxruntime", "openvino", "nncf", "jwt")  # jwt: PyJWT, for single sign-on
 
 
 def load_commands() -> typer.Typer:
@@ -47,7 +48,8 @@ def load_commands() -> typer.Typer:
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in HOST_MODULES:
             raise
-        raise UserError(f"edgectl needs the workstation tools ({exc.name} is not installed): "
+        missing = [m for m in HOST_MODULES if importlib.util.find_spec(m) is None]
+        raise UserError(f"edgectl needs the workstation tools ({', '.join(missing)} not installed): "
                         "pip install 'edgectl[host]'") from None
     return app
 

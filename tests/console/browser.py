@@ -6,6 +6,7 @@ profile directory and the network features that phone home turned off.
 
 from __future__ import annotations
 
+import resource
 import shutil
 import tempfile
 import time
@@ -35,11 +36,18 @@ def missing() -> str | None:
     return None
 
 
+def _whole_address_space() -> None:
+    """In chromedriver's child, before it runs: no address-space cap inherited from the test process (an in-process
+    inference server sets one, agent/serving/memory.py); Chromium reserves far more than it uses and dies under one."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+
+
 def _start_driver(options: webdriver.ChromeOptions, log: Path) -> webdriver.Chrome:
-    """Start chromedriver and its browser; when it dies at start, its own log ends the error (and its resource limits,
-    inherited from the test process, are the first suspect: tests/conftest.py keeps them)."""
+    """Start chromedriver and its browser; when it dies at start, its own log ends the error."""
+    service = Service(str(CHROMEDRIVER), log_output=str(log), popen_kw={"preexec_fn": _whole_address_space})
     try:
-        return webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER), log_output=str(log)))
+        return webdriver.Chrome(options=options, service=service)
     except WebDriverException as exc:
         tail = log.read_text(errors="replace")[-2000:] if log.is_file() else "(no log)"
         raise WebDriverException(f"{exc.msg}; chromedriver's log ends: {tail}") from exc

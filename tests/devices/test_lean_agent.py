@@ -75,4 +75,4 @@ def test_edgectl_without_the_host_extra_says_which_extra_to_install(lean_python:
                           capture_output=True, text=True, env=checkout_env(), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "error: edgectl needs the workstation tools (onnx is not installed): pip install 'edgectl[host]'"]
+        "error: edgectl needs the workstation tools (onnx, openvino, nncf, jwt not installed): pip install 'edgectl[host]'"]
