@@ -28,6 +28,7 @@ WRITES = [
     ("POST", "/api/v1/groups", "operator"),
     ("PATCH", "/api/v1/groups/nobody", "operator"),
     ("DELETE", "/api/v1/groups/nobody", "operator"),
+    ("PUT", "/api/v1/groups/nobody/config", "operator"),
     ("POST", "/api/v1/webhooks", "admin"),
     ("DELETE", "/api/v1/webhooks/wh-none", "admin"),
     ("POST", "/api/v1/webhooks/wh-none/deliveries/dl-none/redeliver", "admin"),

@@ -107,7 +107,9 @@ def test_rollout_completes_after_the_node_of_the_agent_or_controller_is_killed(
         result = home.edgectl("deploy", str(pkg), "--fleet", "all", "--waves", "100%", "--bake", "1s", "--json", check=True)
         rollout_id = str(json.loads(result.stdout)["rollout_id"])
         desired = topics.device(DEVICE, "desired")
-        before = wait_for(lambda: retained([n3.url], desired, 5), 30, "the desired state retained in the cluster")
+        # The rollout's desired state, not the acknowledgement the controller retains for a device that connects.
+        before = wait_for(lambda: (raw := retained([n3.url], desired, 5)) and rollout_id in _deployments(raw) and raw,
+                          30, "the rollout's desired state retained in the cluster")
 
         killed = n1 if victim == "agent" else on
         killed.kill()

@@ -52,6 +52,7 @@ ROUTES: dict[tuple[str, str], Role | None] = {
     ("GET", "/api/v1/groups/{name}"): VIEWER,
     ("PATCH", "/api/v1/groups/{name}"): OPERATOR,
     ("DELETE", "/api/v1/groups/{name}"): OPERATOR,
+    ("PUT", "/api/v1/groups/{name}/config"): OPERATOR,
     ("GET", "/api/v1/health"): None,
     ("GET", "/api/v1/me"): VIEWER,
     ("GET", "/api/v1/audit"): VIEWER,
