@@ -61,10 +61,8 @@ def _zone_of(record: DeviceRecord) -> str | None:
 
 def maintenance_of(spec: RolloutSpec, row: RolloutDevice) -> Maintenance | None:
     """What the row's desired state tells the agent about when to install; None: at once."""
-    lists = row.data.get(WINDOWS) or []
-    if not lists and spec.deadline is None:
-        return None
-    return Maintenance(tuple(Windows.parse(texts) for texts in lists), spec.deadline)
+    maintenance = Maintenance(tuple(Windows.parse(texts) for texts in row.data.get(WINDOWS) or []), spec.deadline)
+    return maintenance if maintenance else None
 
 
 def hold_reason(spec: RolloutSpec, row: RolloutDevice, now: float) -> str | None:

@@ -50,7 +50,7 @@ def test_held_devices_say_when_their_window_opens_and_nothing_is_sent_before(tmp
     rows = {r.device_id: r for r in bench.store.rollout_devices(rollout_id)}
     assert all(r.status is D.PLANNED for r in rows.values()) and bench.publisher.sent == []
     assert rows["w00000"].data[WINDOWS] == [["daily 02:00-04:00"]] and rows["w00000"].data[ZONE] == "Etc/GMT-9"
-    assert "opens 2026-12-01T17:00:00Z (Wed 02:00 Etc/GMT-9)" in rows["w00000"].detail
+    assert rows["w00000"].detail == "waiting for its maintenance window: opens 2026-12-01T17:00:00Z (Wed 02:00 Etc/GMT-9)"
     audit = [a.action for a in bench.store.audit_log(rollout_id=rollout_id)]
     assert "rollout windows" in audit
 
@@ -80,7 +80,8 @@ def test_a_device_without_a_reported_time_zone_waits_and_says_why(tmp_path: Path
     run = bench.run(START + 2 * 86400)
     assert list(run.installed) == ["w00000"] and run.status is S.RUNNING  # the wave still waits for the other one
     held = next(r for r in bench.store.rollout_devices(rollout_id) if r.device_id == "w00001")
-    assert held.status is D.PLANNED and "reports no time zone" in held.detail
+    assert held.status is D.PLANNED
+    assert held.detail == "waiting: its maintenance windows are in device time, and its agent reports no time zone"
 
 
 def test_windows_that_never_overlap_hold_the_device_with_that_reason(tmp_path: Path) -> None:
@@ -147,7 +148,9 @@ def test_a_group_window_and_a_deadline_through_the_operators_path(memory_plane: 
 def test_the_deadline_sends_a_device_whose_time_zone_is_unknown(tmp_path: Path) -> None:
     bench = WindowBench(tmp_path, 1, [None], ["daily 02:00-04:00"], START)
     deadline = START + 2 * HOUR
-    bench.submit(deadline=deadline)
+    rollout_id = bench.submit(deadline=deadline)
+    bench.engine.tick()
+    assert bench.store.rollout_devices(rollout_id)[0].detail.endswith("; the deadline 2026-12-01T14:00:00Z sends it")
     run = bench.run(START + 86400)
     assert run.status is S.DONE and run.installed == {"w00000": deadline}
 

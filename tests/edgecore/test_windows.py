@@ -41,6 +41,7 @@ def test_windows_parse_to_one_canonical_text(text: str, canonical: str) -> None:
     ("daily 25:00-04:00", "is not a time of day"),
     ("daily 02:60-04:00", "is not a time of day"),
     ("daily 24:00-04:00", "never stays open"),
+    ("daily 02:00-24:30", "is not a time of day"),
     ("daily 03:00-03:00", "never stays open"),
     ("daily 2:00-4:00", "is not a window"),
 ])
@@ -49,7 +50,13 @@ def test_a_bad_window_is_refused_with_what_is_wrong(text: str, says: str) -> Non
         Window.parse(text)
 
 
+@pytest.mark.parametrize("text", ["daily 02:59-04:00", "daily 00:00-24:00", "daily 23:00-00:59"])
+def test_edge_times_of_day_are_taken(text: str) -> None:
+    assert str(Window.parse(text)) == text
+
+
 def test_a_window_list_names_the_entry_that_is_wrong() -> None:
+    assert len(Windows.parse(["daily 02:00-04:00"] * 16).windows) == 16  # the most a list holds
     with pytest.raises(WindowError, match=r"windows\[1\]: 'nope'"):
         Windows.parse(["daily 02:00-04:00", "nope"])
     with pytest.raises(WindowError, match="at most 16"):
@@ -70,6 +77,10 @@ def test_open_and_closed_in_the_devices_local_time() -> None:
     instant = at("2026-11-30T23:00")
     assert nights.is_open(instant, BERLIN) and not nights.is_open(instant, TOKYO)
     assert Windows().is_open(instant, BERLIN)  # no windows: no restriction
+    nightly = Windows.parse(["daily 02:00-04:00"])
+    assert nightly.is_open(at("2026-11-30T03:59"), BERLIN) and not nightly.is_open(at("2026-11-30T04:00"), BERLIN)
+    sunday_night = Windows.parse(["Sun 22:00-02:00"])  # Monday 01:00 is Sunday's window, across the week's end
+    assert sunday_night.is_open(at("2026-11-30T01:00"), BERLIN) and not sunday_night.is_open(at("2026-12-01T01:00"), BERLIN)
 
 
 def test_the_next_opening_is_the_windows_start_in_local_time() -> None:
@@ -113,13 +124,21 @@ def test_maintenance_travels_as_json_and_refuses_what_is_malformed() -> None:
                       ({"force_at": True}, "force_at"), ({"windows": [], "extra": 1}, "expected")]:
         with pytest.raises(WindowError, match=says):
             Maintenance.from_json(bad)
+    with pytest.raises(WindowError, match="at most 16 lists"):
+        Maintenance.from_json({"windows": [["daily 02:00-04:00"]] * 17})
+    with pytest.raises(WindowError, match="force_at"):
+        Maintenance.from_json({"force_at": 1e11})
+    assert Maintenance.from_json({"windows": [["daily 02:00-04:00"]] * 16, "force_at": 0}).force_at == 0.0
+    # Truthy when it says anything: windows, a deadline, or both; what is empty is not sent.
+    assert Maintenance(force_at=1.0) and Maintenance((Windows.parse(["daily 02:00-04:00"]),)) and not Maintenance()
+    assert DeployOptions(maintenance=Maintenance(force_at=1.0)).to_json()["maintenance"] == {"windows": [], "force_at": 1.0}
 
 
 def test_zone_names_are_checked() -> None:
     assert zone("UTC") is not None
-    for bad in ("Mars/Olympus", "../../etc/passwd", "Europe/Berlin; rm", ""):
+    for bad in ("Mars/Olympus", "../../etc/passwd", "/etc/localtime", "Europe/Berlin; rm", "", None, 7):
         with pytest.raises(WindowError):
-            zone(bad)
+            zone(bad)  # type: ignore[arg-type]
 
 
 def test_the_device_time_zone_comes_from_config_env_or_etc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
