@@ -76,7 +76,8 @@ def _print_plan(plan: Plan, as_json: bool) -> None:
         return
     for wave in data["waves"]:
         print_table(f"wave {wave['wave']}: {len(wave['devices'])} device(s), {wave['bytes']} bytes",
-                    ["DEVICE", "TARGET", "VARIANT"], [(d["device_id"], d["target"], d["variant"]) for d in wave["devices"]])
+                    ["DEVICE", "TARGET", "VARIANT", "NOTE"],
+                    [(d["device_id"], d["target"], d["variant"], d["note"]) for d in wave["devices"]])
     if data["skipped"]:
         print_table("skipped", ["DEVICE", "TARGET", "REASON"],
                     [(d["device_id"], d["target"], d["reason"]) for d in data["skipped"]])

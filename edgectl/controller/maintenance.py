@@ -16,16 +16,18 @@ or a machine without one) is not guessed at: it waits, and the row says why, unt
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from edgecore.errors import UserError
 from edgecore.windows import Maintenance, WindowError, Windows, zone
 from edgectl.controller.groups import DeviceGroup, resolve_group
+from edgectl.controller.planner import Plan, PlannedDevice
 from edgectl.controller.records import DeviceRecord, RolloutDevice, RolloutSpec
 from edgectl.controller.schedule import iso_utc
 
-__all__ = ["OPENS_AT", "WINDOWS", "ZONE", "hold_reason", "maintenance_of", "window_data"]
+__all__ = ["OPENS_AT", "WINDOWS", "ZONE", "hold_reason", "maintenance_of", "noted_windows", "window_data"]
 
 WINDOWS = "windows"  # row data: the device's window lists, one per group with windows
 ZONE = "timezone"  # row data: the IANA zone its agent reported when the rollout was recorded
@@ -61,28 +63,48 @@ def _zone_of(record: DeviceRecord) -> str | None:
 
 def maintenance_of(spec: RolloutSpec, row: RolloutDevice) -> Maintenance | None:
     """What the row's desired state tells the agent about when to install; None: at once."""
-    maintenance = Maintenance(tuple(Windows.parse(texts) for texts in row.data.get(WINDOWS) or []), spec.deadline)
-    return maintenance if maintenance else None
+    return _maintenance(row.data, spec.deadline)
 
 
 def hold_reason(spec: RolloutSpec, row: RolloutDevice, now: float) -> str | None:
     """Why the engine must not send the row's desired state now; None: it may."""
-    maintenance = maintenance_of(spec, row)
+    return _held(row.data, spec.deadline, now)
+
+
+def noted_windows(plan: Plan, windows: Mapping[str, Mapping[str, Any]], deadline: float | None, now: float) -> Plan:
+    """The plan with each device that has windows noted: whether it would be sent now, or why and until when it
+    would wait (what a dry run shows; the rows of a recorded rollout say the same as it runs)."""
+    def noted(device: PlannedDevice) -> PlannedDevice:
+        data = windows.get(device.device_id)
+        if not data:
+            return device
+        note = _held(data, deadline, now) or "inside its maintenance windows now"
+        return replace(device, reason="; ".join(n for n in (device.reason, note) if n))
+    return replace(plan, devices=[noted(d) for d in plan.devices])
+
+
+def _maintenance(data: Mapping[str, Any], deadline: float | None) -> Maintenance | None:
+    maintenance = Maintenance(tuple(Windows.parse(texts) for texts in data.get(WINDOWS) or []), deadline)
+    return maintenance if maintenance else None
+
+
+def _held(data: Mapping[str, Any], deadline: float | None, now: float) -> str | None:
+    maintenance = _maintenance(data, deadline)
     if maintenance is None or not maintenance.schedules:
         return None
-    deadline = f"; the deadline {iso_utc(spec.deadline)} sends it" if spec.deadline is not None else ""
-    name = row.data.get(ZONE)
+    said_deadline = f"; the deadline {iso_utc(deadline)} sends it" if deadline is not None else ""
+    name = data.get(ZONE)
     try:
         device_zone = zone(str(name)) if name else None
     except WindowError:
         device_zone = None
     if device_zone is None:
-        if spec.deadline is not None and now >= spec.deadline:
+        if deadline is not None and now >= deadline:
             return None
-        return f"waiting: its maintenance windows are in device time, and its agent reports no time zone{deadline}"
+        return f"waiting: its maintenance windows are in device time, and its agent reports no time zone{said_deadline}"
     opens = maintenance.allowed_from(now, device_zone)
     if opens is None:
-        return f"waiting: its groups' maintenance windows never open together{deadline}"
+        return f"waiting: its groups' maintenance windows never open together{said_deadline}"
     if opens <= now:
         return None
     local = datetime.fromtimestamp(opens, device_zone).strftime("%a %H:%M")

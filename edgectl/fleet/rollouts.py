@@ -16,7 +16,7 @@ from edgectl.config import EdgectlConfig
 from edgectl.controller.composition import Composer
 from edgectl.controller.gates import parse_duration, parse_gate, parse_rate
 from edgectl.controller.lifecycle import REQUESTS
-from edgectl.controller.maintenance import OPENS_AT, WINDOWS, ZONE, window_data
+from edgectl.controller.maintenance import OPENS_AT, WINDOWS, ZONE, noted_windows, window_data
 from edgectl.controller.planner import Plan, Screening, package_ref, parse_waves, plan_rollout, variant_id
 from edgectl.controller.records import FINAL, DeviceRecord, DeviceStatus, RolloutSpec, RolloutStatus
 from edgectl.controller.schedule import iso_utc, parse_start_at
@@ -160,13 +160,14 @@ def _record(request: FleetRequest, options: RolloutOptions, packages: Sequence[P
     deadline = None if request.deadline is None else parse_start_at(request.deadline, store.now(), "deadline")
     if deadline is not None and start_at is not None and deadline <= start_at:
         raise UserError(f"deadline: {request.deadline!r} is not after the start time {request.start_at!r}")
-    plan = plan_fleet_rollout(request, options, packages, records, store)
-    if request.dry_run:
-        return plan, None
-    approval = approval_reason(store, request.selector, plan, min_devices)
     configured = {c.device_id: c.settings.maintenance_windows for c in store.device_configs()
                   if c.settings.maintenance_windows is not None}
     windows = window_data(store.groups(), records, configured)
+    plan = noted_windows(plan_fleet_rollout(request, options, packages, records, store), windows, deadline,
+                         start_at or store.now())
+    if request.dry_run:
+        return plan, None
+    approval = approval_reason(store, request.selector, plan, min_devices)
     return plan, submit_rollout(store, plan, replace(options, start_at=start_at, approval=approval, deadline=deadline,
                                                      windows=windows), actor)
 

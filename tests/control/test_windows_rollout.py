@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from edgecore.protocol.envelope import TrustedKeys
 from edgecore.protocol.reports import Birth, DeviceEvent
 from edgecore.windows import Maintenance
 from edgectl.controller.groups import DeviceGroup, GroupKind
-from edgectl.controller.maintenance import OPENS_AT, WINDOWS, ZONE, window_data
+from edgectl.controller.maintenance import OPENS_AT, WINDOWS, ZONE, noted_windows, window_data
+from edgectl.controller.planner import Plan, PlannedDevice
 from edgectl.controller.records import DeviceStatus as D
 from edgectl.controller.records import RolloutStatus as S
 from edgectl.controller.schedule import iso_utc
@@ -133,7 +136,12 @@ def test_a_group_window_and_a_deadline_through_the_operators_path(memory_plane: 
     package = plane.package("det", 1)
     deadline = store.now() + 5
     request = FleetRequest([package.path], "all", waves="100%", bake="0s", deadline=iso_utc(deadline + 1))
-    _plan, rollout_id = deploy_uploaded(request, store, TrustedKeys([plane.shelf.key.public_key()]), 30.0, "ana")
+    trusted = TrustedKeys([plane.shelf.key.public_key()])
+    dry, nothing = deploy_uploaded(replace(request, dry_run=True), store, trusted, 30.0, "ana")
+    notes = {d["device_id"]: d["note"] for w in dry.to_dict()["waves"] for d in w["devices"]}
+    assert nothing is None and notes["cam-2"] == "" and notes["cam-1"].startswith("waiting for its maintenance window: opens ")
+    assert notes["cam-1"].endswith(" UTC)") and store.rollouts() == []  # a dry run says when, and records nothing
+    _plan, rollout_id = deploy_uploaded(request, store, trusted, 30.0, "ana")
     assert rollout_id is not None
     wait_for(lambda: plane.rows(rollout_id)["cam-2"].status is D.OK, 20, "cam-2, in no window group, to install")
     held = plane.rows(rollout_id)["cam-1"]
@@ -177,3 +185,14 @@ def test_a_devices_own_windows_count_beside_its_groups_configuration_before_agen
     assert found["w00002"][WINDOWS] == [["daily 02:00-04:00"], ["Sun 03:00-04:00"]]
     alone = window_data([], records, {"w00001": ()})  # configured to none: agent.yaml's no longer count
     assert alone == {}
+
+
+def test_a_dry_run_notes_each_devices_window_beside_what_it_already_said() -> None:
+    plan = Plan([PlannedDevice("a", 1, None, None), PlannedDevice("b", 1, None, None, "flag"),
+                 PlannedDevice("c", 1, None, None)], {}, 0.0, waves=1)
+    windows: dict[str, dict[str, Any]] = {"a": {WINDOWS: [["daily 00:00-24:00"]], ZONE: "UTC"},
+                                          "b": {WINDOWS: [["Mon 01:00-02:00"]], ZONE: None}}
+    noted = noted_windows(plan, windows, None, START)
+    assert [d.reason for d in noted.devices] == [
+        "inside its maintenance windows now",
+        "flag; waiting: its maintenance windows are in device time, and its agent reports no time zone", ""]
