@@ -398,7 +398,10 @@ class Agent:
         deployment = self.worker.current
         progress = None if deployment is None else DeploymentProgress(deployment.deployment_id, deployment.state.value,
                                                                       deployment.reason)
-        return DeviceState.of_set(self.id, time.time(), self._running(), progress, self.ledger.last_seq, self.budget_mb,
+        # A queued job's message is accepted once its job is saved (the ledger follows a moment later, while the worker
+        # may already have run it and reported): the state says the higher of the two.
+        last_seq = max(self.ledger.last_seq, self.worker.jobs.accepted_seq)
+        return DeviceState.of_set(self.id, time.time(), self._running(), progress, last_seq, self.budget_mb,
                                  self.remote_config.status)
 
     def _publish_state(self) -> None:
