@@ -21,7 +21,7 @@ from edgectl.controller.store import Store
 from edgectl.fleet import open_store
 from edgectl.fleet.device_config import device_config_view, set_device_config
 
-__all__ = ["config_app", "config_settings"]
+__all__ = ["SETTINGS", "TAGS", "WINDOWS", "config_app", "config_settings"]
 
 config_app = typer.Typer(help="A device's configuration: signed, versioned, applied by its agent over agent.yaml.",
                          no_args_is_help=True)
@@ -29,6 +29,11 @@ device_app.add_typer(config_app, name="config")
 
 DEVICE = typer.Argument(..., metavar="ID", help="Device id (see `edgectl devices`).")
 JSON = typer.Option(False, "--json", help="Print JSON.")
+# The settings of a configuration, as `device config set` and `group config` take them (config_settings reads them).
+SETTINGS = typer.Option([], "--set", "-s", help=f"KEY=VALUE (repeatable); keys: {', '.join(CONFIG_KEYS)}.")
+TAGS = typer.Option([], "--tag", "-t", help="A tag KEY=VALUE (repeatable), merged over agent.yaml's.")
+WINDOWS = typer.Option([], "--window", "-w", help="The device's own maintenance window, DAYS HH:MM-HH:MM in its local "
+                       "time (repeatable): it installs no update outside them.")
 
 
 def _store(ctx: typer.Context) -> Store:
@@ -74,10 +79,9 @@ def _show(view: dict[str, Any]) -> None:
 def config_set(
     ctx: typer.Context,
     device_id: str = DEVICE,
-    pairs: list[str] = typer.Option([], "--set", "-s", help=f"KEY=VALUE (repeatable); keys: {', '.join(CONFIG_KEYS)}."),
-    tags: list[str] = typer.Option([], "--tag", "-t", help="A tag KEY=VALUE (repeatable), merged over agent.yaml's."),
-    windows: list[str] = typer.Option([], "--window", "-w", help="The device's own maintenance window, DAYS HH:MM-HH:MM "
-                                      "in its local time (repeatable): it installs no update outside them."),
+    pairs: list[str] = SETTINGS,
+    tags: list[str] = TAGS,
+    windows: list[str] = WINDOWS,
     as_json: bool = JSON,
 ) -> None:
     """Set the device's next configuration version: keys not given go back to its agent.yaml."""

@@ -9,10 +9,9 @@ from typing import Any
 
 import typer
 
-from edgecore.protocol.device_config import CONFIG_KEYS
 from edgectl.cli.access import _actor
 from edgectl.cli.app import app, options
-from edgectl.cli.device_config import config_settings
+from edgectl.cli.device_config import SETTINGS, TAGS, WINDOWS, config_settings
 from edgectl.cli.output import console, print_json, print_table
 from edgectl.config import load_edgectl_config
 from edgectl.controller.groups import DeviceGroup, GroupKind
@@ -149,9 +148,9 @@ def group_windows(
 def group_config(
     ctx: typer.Context,
     name: str = NAME,
-    pairs: list[str] = typer.Option([], "--set", "-s", help=f"KEY=VALUE (repeatable); keys: {', '.join(CONFIG_KEYS)}."),
-    tags: list[str] = typer.Option([], "--tag", "-t", help="A tag KEY=VALUE (repeatable), merged over agent.yaml's."),
-    windows: list[str] = typer.Option([], "--window", "-w", help="The devices' own maintenance window (repeatable)."),
+    pairs: list[str] = SETTINGS,
+    tags: list[str] = TAGS,
+    windows: list[str] = WINDOWS,
     as_json: bool = JSON,
 ) -> None:
     """Set the configuration of every device the group resolves to now: each gets its next version (keys not given

@@ -6,6 +6,23 @@ import { fill, fmtTime, h, pill } from "./dom.js";
 
 const KEYS = "telemetry_interval_s, log_level, tags, inference.max_queue, maintenance_windows";
 
+/** A settings editor's submit: the textarea's JSON to ``put`` (bad JSON refused here, the server's refusal flashed). */
+export async function saveSettings(event, text, ctx, put) {
+  event.preventDefault();
+  let settings;
+  try {
+    settings = JSON.parse(text.value || "{}");
+  } catch (err) {
+    ctx.flash(`settings: not valid JSON (${err.message})`);
+    return;
+  }
+  try {
+    await put(settings);
+  } catch (err) {
+    ctx.flash(err.message);
+  }
+}
+
 /** The panel, and ``refresh`` that reads ``GET /devices/{id}/config`` again (the page calls it on each refresh). */
 export function configPanel(deviceId, ctx) {
   const path = `/devices/${encodeURIComponent(deviceId)}/config`;
@@ -27,23 +44,11 @@ export function configPanel(deviceId, ctx) {
   };
   // Drawn once: a refresh redraws the facts above it, never the field being typed in.
   const editor = !ctx.can("operator") ? null : h("form.stack#config-form", {
-    onsubmit: async (event) => {
-      event.preventDefault();
-      let settings;
-      try {
-        settings = JSON.parse(text.value || "{}");
-      } catch (err) {
-        ctx.flash(`settings: not valid JSON (${err.message})`);
-        return;
-      }
-      try {
-        await ctx.api(path, { method: "PUT", body: { settings } });
-        ctx.flash("");
-        await refresh();
-      } catch (err) {
-        ctx.flash(err.message);
-      }
-    },
+    onsubmit: (event) => saveSettings(event, text, ctx, async (settings) => {
+      await ctx.api(path, { method: "PUT", body: { settings } });
+      ctx.flash("");
+      await refresh();
+    }),
   }, h("label", `Next version's settings, JSON (keys: ${KEYS}; a key left out goes back to agent.yaml)`, text),
   h("button.primary#config-save", { type: "submit" }, "Save as next version"));
   const panel = h("section.panel#device-config", h("h2", "Configuration"), body, editor);

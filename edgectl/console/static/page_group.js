@@ -3,6 +3,7 @@
 // devices at once, delete, roll out to it.
 
 import { fill, fmtAgo, h, pill } from "./dom.js";
+import { saveSettings } from "./device_config.js";
 import { deviceIds } from "./page_groups.js";
 
 export const NAV = "groups";
@@ -117,23 +118,11 @@ function settingsForm(g, save) {
 function configForm(path, ctx) {
   const text = h("textarea#group-config-input", { name: "settings", rows: 2, spellcheck: "false", value: "{}" });
   const form = h("form.stack#group-config-form", {
-    onsubmit: async (event) => {
-      event.preventDefault();
-      let settings;
-      try {
-        settings = JSON.parse(text.value || "{}");
-      } catch (err) {
-        ctx.flash(`settings: not valid JSON (${err.message})`);
-        return;
-      }
-      try {
-        const done = await ctx.api(`${path}/config`, { method: "PUT", body: { settings } });
-        ctx.flash(`Configuration stored for ${done.devices.length} device(s): `
-          + done.devices.map((d) => `${d.device_id} v${d.version}`).join(", "));
-      } catch (err) {
-        ctx.flash(err.message);
-      }
-    },
+    onsubmit: (event) => saveSettings(event, text, ctx, async (settings) => {
+      const done = await ctx.api(`${path}/config`, { method: "PUT", body: { settings } });
+      ctx.flash(`Configuration stored for ${done.devices.length} device(s): `
+        + done.devices.map((d) => `${d.device_id} v${d.version}`).join(", "));
+    }),
   }, h("h2", "Configure every device of the group"),
   h("label", "Next version's settings for each device it resolves to now, JSON (as on a device's page)", text),
   h("button#group-config-save", { type: "submit" }, "Save for all devices"));
