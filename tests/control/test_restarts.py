@@ -38,5 +38,6 @@ def test_broker_restart_mid_wave_and_the_rollout_continues(plane: ControlPlane) 
 
     summary = plane.ended(rid, timeout=90)
     assert summary["status"] == "done", summary
-    assert all(d["status"] == "ok" for d in summary["devices"]), summary["devices"]
+    assert all(d["status"] == "ok" for d in summary["devices"]), \
+        [(d["device_id"], d["status"], d["state"], d["detail"]) for d in summary["devices"] if d["status"] != "ok"]
     wait_for(lambda: set(plane.versions().values()) == {1}, 10, "every device on v1")
