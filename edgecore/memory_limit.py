@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CgroupMemory", "cgroup_memory", "physical_memory"]
+__all__ = ["CgroupMemory", "cgroup_memory", "is_out_of_memory", "physical_memory"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_ROOT = Path("/proc")
@@ -53,6 +53,14 @@ def cgroup_memory(cgroup_root: Path = CGROUP_ROOT, proc_root: Path = PROC_ROOT) 
         if found is not None:
             return found
     return None
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether an exception from a runtime means an allocation failed."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in ("bad_alloc", "bad allocation", "failed to allocate", "out of memory", "cannot allocate"))
 
 
 def physical_memory(proc_root: Path = PROC_ROOT) -> int | None:

@@ -27,7 +27,7 @@ import numpy as np
 from edgecore.backends.base import TensorSpec
 from edgecore.memory_limit import CGROUP_ROOT, PROC_ROOT, cgroup_memory, physical_memory
 
-__all__ = ["forecast_output_bytes", "is_out_of_memory", "limit_address_space", "usable_bytes"]
+__all__ = ["forecast_output_bytes", "limit_address_space", "usable_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +72,6 @@ def limit_address_space(limit_mb: int | None, dev_root: Path = Path("/dev"), cgr
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     log.info("inference memory cap: address space limited to %d MiB", limit // 2**20)
     return limit
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether an exception from a runtime means an allocation failed."""
-    if isinstance(exc, MemoryError):
-        return True
-    text = str(exc).lower()
-    return any(word in text for word in ("bad_alloc", "bad allocation", "failed to allocate", "out of memory", "cannot allocate"))
 
 
 def usable_bytes(cgroup_root: Path = CGROUP_ROOT, proc_root: Path = PROC_ROOT) -> int:

@@ -22,10 +22,11 @@ import numpy as np
 
 from agent.serving.budget import ByteBudget
 from agent.serving.kserve import InferRequest, runtime_feeds
-from agent.serving.memory import forecast_output_bytes, is_out_of_memory
+from agent.serving.memory import forecast_output_bytes
 from agent.serving.published import ModelRegistry, PublishedModel
 from edgecore.backends.base import TensorSpec
 from edgecore.errors import EdgeError, NotFoundError, UserError
+from edgecore.memory_limit import is_out_of_memory
 
 __all__ = ["JSON_WEIGHT", "Failure", "InferencePool", "QueueFull", "ServingLimits", "check_version", "describe_failure"]
 

@@ -9,11 +9,19 @@ than ``min_fraction`` of the nodes, is reported as a fallback, never as the acce
 With a compiled-model cache (``edgecore.compiled_cache``) the TensorRT provider gets its engine and
 timing caches in a directory keyed by onnxruntime version, provider and model, so a restart reads
 the engine instead of building it again (minutes on a Jetson); the load says which it was.
+
+A run whose allocation failed leaves ORT's memory arena sized for that failure: the arena doubles
+its next region until it covers the refused request, so the next small request reserves, by 0.9
+steps down from there, almost all the address space the process has left (under the agent's
+``RLIMIT_AS`` cap, every other allocation then fails). The runner therefore builds a new session
+after such a failure; requests still running finish on the old one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 import time
 import warnings
 from collections import Counter
@@ -26,7 +34,8 @@ import numpy as np
 from edgecore.backends.base import Placement, Runner, TensorSpec, Verdict
 from edgecore.backends.registry import Backend, Device, HostDevice
 from edgecore.compiled_cache import CacheEntry, LoadFigures, cache_root, entry_for
-from edgecore.errors import ModelError
+from edgecore.errors import EdgeError, ModelError
+from edgecore.memory_limit import is_out_of_memory
 from edgecore.protocol.package import sha256_file
 
 if TYPE_CHECKING:
@@ -41,6 +50,8 @@ __all__ = [
     "available_providers",
     "runtime_version",
 ]
+
+log = logging.getLogger(__name__)
 
 CPU_PROVIDER = "CPUExecutionProvider"
 OPENVINO_EP = "OpenVINOExecutionProvider"
@@ -159,6 +170,7 @@ class OrtRunner(Runner):
         self._inputs: list[TensorSpec] = []
         self._outputs: list[TensorSpec] = []
         self._placement: Placement | None = None
+        self._renewing = threading.Lock()
 
     def activate_impl(self) -> None:
         session = self.loader()
@@ -182,10 +194,27 @@ class OrtRunner(Runner):
         return self._placement
 
     def infer_impl(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
-        assert self._session is not None  # activate() ran: _require_active checked it
+        session = self._session
+        assert session is not None  # activate() ran: _require_active checked it
         names = [spec.name for spec in self._outputs]
-        values = self._session.run(names, dict(feeds))
+        try:
+            values = session.run(names, dict(feeds))
+        except Exception as exc:  # onnxruntime raises its own untyped errors
+            if is_out_of_memory(exc):
+                self._renew(session)
+            raise
         return dict(zip(names, values, strict=False))
+
+    def _renew(self, failed: ort.InferenceSession) -> None:
+        """Replace the session whose arena a failed allocation oversized (once, whichever thread comes first)."""
+        with self._renewing:
+            if self._session is not failed:
+                return
+            try:
+                self._session = self.loader()
+            except EdgeError as exc:
+                log.warning("%s: could not build a fresh session after a failed allocation, keeping the old one: %s",
+                            self.name, exc)
 
 
 def _spec(arg: Any) -> TensorSpec:
