@@ -67,7 +67,13 @@ def test_bake_longer_than_the_silence_gate_succeeds_on_the_ha_stack(stack: Stack
     actions = [a["action"] for a in json.loads(done.stdout)]
     assert "wave promoted" in actions and not [a for a in actions if "rolled back" in a or "halted" in a], actions
     # A device's "ok" event and its new retained state are two messages: the state may land a moment after the rollout ends.
-    wait_for(lambda: all(stack.api(f"/api/v1/devices/{d}")["version"] == 2 for d in stack.devices), 30, "v2 everywhere", 0.5)
+    def v2_everywhere() -> None:
+        records = {d: stack.api(f"/api/v1/devices/{d}") for d in stack.devices}
+        stale = {d: {k: r[k] for k in ("version", "deployment", "last_seen", "status")} for d, r in records.items()
+                 if r["version"] != 2}
+        assert not stale, f"the store's device state is not v2: {stale}\n{stack.logs()}"
+
+    settle(v2_everywhere, 30)
 
 
 def test_telemetry_reaches_the_store_through_nats(stack: Stack) -> None:
@@ -160,7 +166,13 @@ def test_prometheus_scrapes_both_replicas_and_each_panel_counts_once(stack: Stac
     stack.api(f"/api/v1/rollouts/{rollout_id}/abort", method="POST", body={})
     wait_for(lambda: stack.rollout(rollout_id)["status"] in FINAL, 60, "the abort to finish", 0.5)
     assert stack.rollout(rollout_id)["status"] == "aborted"
-    wait_for(lambda: all(stack.api(f"/api/v1/devices/{d}")["version"] == 2 for d in stack.devices), 30, "v2 everywhere", 0.5)
+    def v2_everywhere() -> None:
+        records = {d: stack.api(f"/api/v1/devices/{d}") for d in stack.devices}
+        stale = {d: {k: r[k] for k in ("version", "deployment", "last_seen", "status")} for d, r in records.items()
+                 if r["version"] != 2}
+        assert not stale, f"the store's device state is not v2: {stale}\n{stack.logs()}"
+
+    settle(v2_everywhere, 30)
 
 
 def _nats_node_of(stack: Stack, pid: int) -> str:
