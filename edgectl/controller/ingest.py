@@ -6,8 +6,11 @@ the certificate whose CN is ``<id>``, so the topic says who sent it.
 
 Reports are ordered by when the controller received them, on the store's clock (the same for every
 replica): a device's own claimed time (``ts``) is kept as data in the report, never used to keep an
-older report over a newer one. A claimed time more than :data:`CLOCK_OFF_S` from the controller's is
-flagged once per device (log, audit log, :attr:`Ingest.clock_off`).
+older report over a newer one. One exception orders a device's reports by its own clock: a birth or
+state delivered as retained (a resubscription, the reconciler) that claims an earlier time than the
+stored one is a stale copy (a NATS node's retained view lags) and is dropped (``stale-retained``).
+A claimed time more than :data:`CLOCK_OFF_S` from the controller's is flagged once per device (log,
+audit log, :attr:`Ingest.clock_off`).
 
 The telemetry history keeps about one report per device every :data:`LATENCY_EVERY_S`. Replicas on a
 broker without shared subscriptions (NATS) each receive every report, and must keep the same ones: a
@@ -186,7 +189,25 @@ class Ingest:
         if self.decommissioned(report.device_id):
             self.drops.count("decommissioned", message.topic, f"device {report.device_id} was decommissioned")
             return None
+        if message.retain and isinstance(report, (Birth, DeviceState)):
+            newer = self._newer_stored(report)
+            if newer is not None:
+                self.drops.count("stale-retained", message.topic, f"a retained {report.LEAF} of device {report.device_id} "
+                                 f"claims {report.ts}, the stored one {newer}")
+                return None
         return report
+
+    def _newer_stored(self, report: Birth | DeviceState) -> float | None:
+        """The claimed time of the stored report of the same kind when it is later than ``report``'s, else None.
+
+        A copy the broker delivers as retained (on a subscription, or to the reconciler) may be older than what was
+        stored live: a NATS node's view of the retained messages lags the stream other nodes write to. Both claimed
+        times come from the same device's clock, so they order its own reports; a live report is always stored."""
+        record = self.store.device(report.device_id)
+        stored = None if record is None else record.birth if isinstance(report, Birth) else record.state
+        if stored is None or stored.ts is None or report.ts is None or report.ts >= stored.ts:
+            return None
+        return stored.ts
 
     def apply(self, message: Message, received: float) -> EventReport | StateReport | None:
         """Store one device report received at ``received`` (the store's clock); return what the rollouts must see."""
