@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from edgecore.compiled_cache import MAX_BYTES
-from edgecore.durable import TEMP_SUFFIX
 from edgecore.protocol.reports import DeviceEvent
 from tests.deploy.controller import Controller, PausableAgent
 from tests.deploy.test_rejections import DEPLOY
@@ -94,12 +93,13 @@ def _stray(state_dir: Path) -> list[str]:
 
 
 def _settled_stray(state_dir: Path, within: float = 5.0) -> list[str]:
-    """:func:`_stray` once no temp file is in it, or after ``within`` seconds: a temp file there may be a write in
-    progress (the worker saves its queue whenever a message arrives), which finishes by renaming it away; a killed
-    writer's stays and is reported."""
+    """:func:`_stray` once it is empty, or what it still holds after ``within`` seconds. The worker reports a job's end
+    before it sweeps (a failed deployment's selection record goes then), and a temp file may be a write in progress
+    (the worker saves its queue whenever a message arrives) that finishes by renaming it away; what the sweep leaves,
+    or a killed writer's temp file, stays and is reported."""
     deadline = time.monotonic() + within
     stray = _stray(state_dir)
-    while any(p.endswith(TEMP_SUFFIX) for p in stray) and time.monotonic() < deadline:
+    while stray and time.monotonic() < deadline:
         time.sleep(0.1)
         stray = _stray(state_dir)
     return stray
