@@ -85,6 +85,13 @@ class MemoryBroker:
         with self._lock:
             return sorted(self._clients)
 
+    def subscribed(self, client_id: str, topic: str) -> bool:
+        """Whether the connected client ``client_id`` would receive a message published on ``topic`` now (a client
+        that subscribes once connected, as the controller does, shows as connected a moment before that)."""
+        with self._lock:
+            client = self._clients.get(client_id)
+        return client is not None and client._wants(topic)
+
     # -- faults -----------------------------------------------------------------------------------
 
     def drop(self, client_id: str) -> None:

@@ -59,7 +59,8 @@ def test_a_report_whose_batch_the_store_failed_keeps_its_history_point(disk: Pat
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: "controller" in broker.clients(), WAIT_S, "the controller to connect", interval=0.01)
+        wait_for(lambda: broker.subscribed("controller", topics.device("any", "telemetry")), WAIT_S,
+                 "the controller to subscribe", interval=0.01)
         device = broker.transport(DEVICE)
         device.connect()
         claimed = time.time()

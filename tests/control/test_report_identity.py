@@ -59,7 +59,8 @@ def controller(tmp_path: Path, stopping: list[threading.Thread]) -> Iterator[tup
     service = Controller(store, connections(broker, "controller"), key, TrustedKeys([key.public_key()]), tick_s=0.05)
     thread = threading.Thread(target=service.run, daemon=True)
     thread.start()
-    wait_for(lambda: "controller" in broker.clients(), WAIT_S, "the controller to connect", interval=0.01)
+    wait_for(lambda: broker.subscribed("controller", topics.device("any", "telemetry")), WAIT_S,
+             "the controller to subscribe", interval=0.01)
     yield service, broker, store
     service.stop()
     stopping.append(thread)

@@ -97,7 +97,8 @@ def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopping: list[thre
                             TrustedKeys([package_key.public_key()]), tick_s=0.05)
     thread = threading.Thread(target=controller.run, daemon=True)
     thread.start()
-    wait_for(lambda: "controller" in broker.clients(), WAIT_S, "the controller to connect", interval=0.01)
+    wait_for(lambda: broker.subscribed("controller", topics.device("any", "telemetry")), WAIT_S,
+             "the controller to subscribe", interval=0.01)
     yield RunningController(controller, broker, store_path, key, package_key)
     controller.stop()
     assert thread.is_alive(), "the controller died during the test"
