@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -16,35 +17,62 @@ from edgectl.cli.app import app
 
 __all__ = ["main"]
 
-# Command modules register themselves on `app` when imported.
-COMMANDS = (
-    "access",  # users, tokens, api serve
-    "analysis",  # targets, inspect, partition
-    "artifacts",  # artifacts serve|publish
-    "broker",  # broker
-    "controller",  # controller run
-    "device_config",  # device config set|show
-    "device_logs",  # device logs
-    "fleet",  # deploy, devices
-    "groups",  # group create|list|show|add|remove|delete
-    "lifecycle",  # device decommission|delete, package list|delete, audit
-    "packages",  # keys, build, verify
-    "quantize",  # quantize
-    "rollout",  # deploy --fleet, rollout ..., device show
-    "security",  # pki, device enroll|revoke, broker config
-    "sim",  # sim
-    "sso",  # sso check
-    "webhooks",  # webhook add|list|remove|deliveries|redeliver
-)
+# Command modules attach their commands to `app` when imported. Each top-level command, and the modules that attach
+# it and everything under it: `edgectl deploy ...` imports only what deploy needs (each module pulls in the controller,
+# onnx or numpy: importing all of them cost every call about 0.3 s of CPU). tests/cli/test_lazy_commands.py checks the
+# table against the whole command tree.
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "api": ("access",),  # api serve
+    "artifacts": ("artifacts",),
+    "audit": ("lifecycle",),
+    "broker": ("security",),  # broker, broker config
+    "build": ("packages",),
+    "controller": ("controller",),
+    "deploy": ("fleet",),  # deploy --device, deploy --fleet (rollout)
+    "device": ("device_config", "device_logs", "lifecycle", "rollout"),  # enroll|revoke, config, logs, decommission, show
+    "devices": ("fleet",),
+    "group": ("groups",),
+    "inspect": ("analysis",),
+    "keys": ("packages",),
+    "package": ("lifecycle",),
+    "partition": ("analysis",),
+    "pipeline": ("packages",),
+    "pki": ("security",),
+    "quantize": ("quantize",),
+    "rollout": ("rollout",),
+    "sim": ("sim",),
+    "sso": ("sso",),
+    "targets": ("analysis",),
+    "tokens": ("access",),
+    "users": ("access",),
+    "verify": ("packages",),
+    "webhook": ("webhooks",),
+}
+MODULES = tuple(sorted({module for modules in COMMANDS.values() for module in modules}))
+_VALUE_OPTIONS = ("--config", "-c", "--broker")  # the root options that take a value (edgectl/cli/app.py)
+_COMPLETION = "_EDGECTL_COMPLETE"  # typer's shell completion: every command
 # What the workstation needs beyond the agent's own dependencies (the `host` extra in pyproject.toml).
 HOST_MODULES = ("onnx", "onnxruntime", "openvino", "nncf", "jwt")  # jwt: PyJWT, for single sign-on
 
 
-def load_commands() -> typer.Typer:
-    """Import every command module; a missing host dependency is one line naming the extra to install."""
+def command_name(args: Sequence[str]) -> str | None:
+    """The top-level command ``args`` run (None where they name none, as ``edgectl --help`` does)."""
+    rest = iter(args)
+    for arg in rest:
+        if arg in _VALUE_OPTIONS:
+            next(rest, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def load_commands(args: Sequence[str] | None = None) -> typer.Typer:
+    """Import the command modules ``args`` need (every one without args, for no or an unknown command, and for
+    completion); a missing host dependency is one line naming the extra to install."""
+    name = None if args is None or _COMPLETION in os.environ else command_name(args)
     try:
-        for name in COMMANDS:
-            importlib.import_module(f"edgectl.cli.{name}")
+        for module in COMMANDS.get(name or "", MODULES):
+            importlib.import_module(f"edgectl.cli.{module}")
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in HOST_MODULES:
             raise
@@ -68,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _run(args: list[str], debug: bool) -> int:
     # typer handles usage errors (exit 2), --help and typer.Exit itself, ending in SystemExit.
     try:
-        load_commands()(args=args, prog_name="edgectl")
+        load_commands(args)(args=args, prog_name="edgectl")
     except EdgeError as exc:
         return _fail(exc, exc.exit_code, debug)
     except KeyboardInterrupt:
