@@ -34,7 +34,7 @@ import numpy as np
 from edgecore.backends.base import Placement, Runner, TensorSpec, Verdict
 from edgecore.backends.registry import Backend, Device, HostDevice
 from edgecore.compiled_cache import CacheEntry, LoadFigures, cache_root, entry_for
-from edgecore.errors import EdgeError, ModelError
+from edgecore.errors import ModelError
 from edgecore.memory_limit import is_out_of_memory
 from edgecore.protocol.package import sha256_file
 
@@ -181,7 +181,8 @@ class OrtRunner(Runner):
         self._placement = dataclasses.replace(placement, load=self.loader.load.to_dict() if self.loader.load else None)
 
     def deactivate_impl(self) -> None:
-        self._session = None
+        with self._renewing:  # a renewal in progress does not bring a session back
+            self._session = None
 
     def inputs_impl(self) -> list[TensorSpec]:
         return list(self._inputs)
@@ -206,15 +207,28 @@ class OrtRunner(Runner):
         return dict(zip(names, values, strict=False))
 
     def _renew(self, failed: ort.InferenceSession) -> None:
-        """Replace the session whose arena a failed allocation oversized (once, whichever thread comes first)."""
-        with self._renewing:
+        """Replace the session whose arena a failed allocation oversized: once, by the first thread to get here (the
+        others go on failing their own requests meanwhile), and only with a session placed as the old one was."""
+        if not self._renewing.acquire(blocking=False):
+            return
+        try:
             if self._session is not failed:
                 return
             try:
-                self._session = self.loader()
-            except EdgeError as exc:
-                log.warning("%s: could not build a fresh session after a failed allocation, keeping the old one: %s",
-                            self.name, exc)
+                fresh = self.loader()
+                placement = _placement(fresh, self.loader.provider, self.min_fraction)
+            except Exception as exc:  # whatever stops a fresh session, the old one goes on serving
+                log.warning("%s: no fresh session after a failed allocation, keeping the old one: %s", self.name, exc)
+                return
+            assert self._placement is not None
+            if (placement.verdict, placement.effective) != (self._placement.verdict, self._placement.effective):
+                log.warning("%s: a fresh session after a failed allocation runs %s (%s), not %s: keeping the old one",
+                            self.name, placement.effective, placement.verdict.value, self._placement.effective)
+                return
+            if self._session is failed:  # not deactivated or activated again meanwhile
+                self._session = fresh
+        finally:
+            self._renewing.release()
 
 
 def _spec(arg: Any) -> TensorSpec:

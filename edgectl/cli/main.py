@@ -48,7 +48,9 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "verify": ("packages",),
     "webhook": ("webhooks",),
 }
-MODULES = tuple(sorted({module for modules in COMMANDS.values() for module in modules}))
+# Every command module, in the order `edgectl --help` lists what they attach.
+MODULES = ("access", "analysis", "artifacts", "broker", "controller", "device_config", "device_logs", "fleet", "groups",
+           "lifecycle", "packages", "quantize", "rollout", "security", "sim", "sso", "webhooks")
 _VALUE_OPTIONS = ("--config", "-c", "--broker")  # the root options that take a value (edgectl/cli/app.py)
 _COMPLETION = "_EDGECTL_COMPLETE"  # typer's shell completion: every command
 # What the workstation needs beyond the agent's own dependencies (the `host` extra in pyproject.toml).
@@ -68,18 +70,20 @@ def command_name(args: Sequence[str]) -> str | None:
 
 def load_commands(args: Sequence[str] | None = None) -> typer.Typer:
     """Import the command modules ``args`` need (every one without args, for no or an unknown command, and for
-    completion); a missing host dependency is one line naming the extra to install."""
+    completion)."""
     name = None if args is None or _COMPLETION in os.environ else command_name(args)
-    try:
-        for module in COMMANDS.get(name or "", MODULES):
-            importlib.import_module(f"edgectl.cli.{module}")
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in HOST_MODULES:
-            raise
-        missing = [m for m in HOST_MODULES if importlib.util.find_spec(m) is None]
-        raise UserError(f"edgectl needs the workstation tools ({', '.join(missing)} not installed): "
-                        "pip install 'edgectl[host]'") from None
+    for module in COMMANDS.get(name or "", MODULES):
+        importlib.import_module(f"edgectl.cli.{module}")
     return app
+
+
+def host_tools_missing(exc: ModuleNotFoundError) -> UserError | None:
+    """The one-line error naming the extra to install, when ``exc`` is a workstation module missing; else None."""
+    if (exc.name or "").split(".")[0] not in HOST_MODULES:
+        return None
+    missing = [m for m in HOST_MODULES if importlib.util.find_spec(m) is None]
+    return UserError(f"edgectl needs the workstation tools ({', '.join(missing)} not installed): "
+                     "pip install 'edgectl[host]'")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -102,6 +106,11 @@ def _run(args: list[str], debug: bool) -> int:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return 130
+    except ModuleNotFoundError as exc:  # a command module, or a command as it runs, needs the host extra
+        missing = host_tools_missing(exc)
+        if missing is not None:
+            return _fail(missing, missing.exit_code, debug)
+        return _fail(InternalError(f"internal error: {exc!r} (rerun with --debug)"), 1, debug)
     except Exception as exc:  # a bug: say so, show the traceback on request
         return _fail(InternalError(f"internal error: {exc!r} (rerun with --debug)"), 1, debug)
     return 0

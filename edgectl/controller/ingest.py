@@ -6,9 +6,10 @@ the certificate whose CN is ``<id>``, so the topic says who sent it.
 
 Reports are ordered by when the controller received them, on the store's clock (the same for every
 replica): a device's own claimed time (``ts``) is kept as data in the report, never used to keep an
-older report over a newer one. One exception orders a device's reports by its own clock: a birth or
-state delivered as retained (a resubscription, the reconciler) that claims an earlier time than the
-stored one is a stale copy (a NATS node's retained view lags) and is dropped (``stale-retained``).
+older report over a newer one. One exception compares two of a device's reports on its own clock: a
+birth or state delivered as retained (a resubscription, the reconciler) that claims an earlier time
+than one this controller stored less than :data:`STALE_WITHIN_S` before is a stale copy (a NATS
+node's retained view lags the stream) and is dropped (``stale-retained``).
 A claimed time more than :data:`CLOCK_OFF_S` from the controller's is flagged once per device (log,
 audit log, :attr:`Ingest.clock_off`).
 
@@ -56,6 +57,7 @@ __all__ = ["EventReport", "FollowUp", "Ingest", "LiveBirth", "StateReport", "col
 # Latency and telemetry history keep one telemetry point per device per this many seconds.
 LATENCY_EVERY_S = 5.0
 CLOCK_OFF_S = 300.0  # a device whose claimed time is further than this from the controller's is flagged
+STALE_WITHIN_S = 60.0  # a retained copy older than a birth or state stored this recently is a lagging node's view
 GONE_EVERY_S = 2.0  # how often the decommissioned devices are read again from the store
 RETAINED = (Birth, Presence, DeviceState)
 
@@ -124,6 +126,15 @@ class _Kept:
     received: float
 
 
+@dataclass(frozen=True)
+class _Recent:
+    """A device's last birth or state stored by this controller: its claimed time, accepted sequence, when received."""
+
+    claimed: float
+    seq: int
+    received: float
+
+
 def _period(claimed: float | None) -> int | None:
     return None if claimed is None else math.floor(claimed / LATENCY_EVERY_S)
 
@@ -140,6 +151,7 @@ class Ingest:
         self.store = store
         self.drops = drops or Drops()
         self._kept: dict[str, _Kept] = {}  # device -> its last report kept in the history
+        self._recent: dict[tuple[str, str], _Recent] = {}  # (device, leaf) -> its last birth or state stored here
         self.clock_off: dict[str, float] = {}  # device -> claimed minus received seconds, for devices flagged
         self.stored = 0  # history points this controller added to the store (committed)
         self._added = 0  # history points added by the batch in progress (see batch)
@@ -160,13 +172,13 @@ class Ingest:
         history points, and flag the same clocks, when the store answers again (a point per device and outage
         was lost before). A point PostgreSQL wrote at once before the failure stays, once (the retry finds it kept),
         and goes uncounted in :attr:`stored`: at most one per device and failed batch."""
-        kept, clock_off = dict(self._kept), dict(self.clock_off)
+        kept, clock_off, recent = dict(self._kept), dict(self.clock_off), dict(self._recent)
         self._added, self._in_batch = 0, True
         try:
             with self.store.batch():
                 yield
         except BaseException:
-            self._kept, self.clock_off = kept, clock_off
+            self._kept, self.clock_off, self._recent = kept, clock_off, recent
             raise
         else:
             self.stored += self._added
@@ -189,31 +201,35 @@ class Ingest:
         if self.decommissioned(report.device_id):
             self.drops.count("decommissioned", message.topic, f"device {report.device_id} was decommissioned")
             return None
-        if message.retain and isinstance(report, (Birth, DeviceState)):
-            newer = self._newer_stored(report)
-            if newer is not None:
-                self.drops.count("stale-retained", message.topic, f"a retained {report.LEAF} of device {report.device_id} "
-                                 f"claims {report.ts}, the stored one {newer}")
-                return None
         return report
 
-    def _newer_stored(self, report: Birth | DeviceState) -> float | None:
-        """The claimed time of the stored report of the same kind when it is later than ``report``'s, else None.
+    def stale(self, report: Report, received: float) -> bool:
+        """Whether a birth or state delivered as retained (a resubscription, the reconciler) is an older copy of one this
+        controller stored less than :data:`STALE_WITHIN_S` before ``received``: a NATS node's view of the retained
+        messages lags the stream the other nodes write. Older means an earlier claimed time and, for a state, no later
+        accepted sequence number, on a device whose clock is not flagged off: both times are the device's own clock,
+        read seconds apart. Pure: the caller counts the drop."""
+        if not isinstance(report, (Birth, DeviceState)) or report.ts is None or report.device_id in self.clock_off:
+            return False
+        last = self._recent.get((report.device_id, report.LEAF))
+        if last is None or received - last.received > STALE_WITHIN_S or report.ts >= last.claimed:
+            return False
+        return not isinstance(report, DeviceState) or report.last_seq <= last.seq
 
-        A copy the broker delivers as retained (on a subscription, or to the reconciler) may be older than what was
-        stored live: a NATS node's view of the retained messages lags the stream other nodes write to. Both claimed
-        times come from the same device's clock, so they order its own reports; a live report is always stored."""
-        record = self.store.device(report.device_id)
-        stored = None if record is None else record.birth if isinstance(report, Birth) else record.state
-        if stored is None or stored.ts is None or report.ts is None or report.ts >= stored.ts:
-            return None
-        return stored.ts
+    def _remember(self, report: Birth | DeviceState, received: float) -> None:
+        if report.ts is not None:
+            seq = report.last_seq if isinstance(report, DeviceState) else 0
+            self._recent[(report.device_id, report.LEAF)] = _Recent(report.ts, seq, received)
 
     def apply(self, message: Message, received: float) -> EventReport | StateReport | None:
         """Store one device report received at ``received`` (the store's clock); return what the rollouts must see."""
         report = self.read(message)
         if report is None or isinstance(report, ChunkRequest):
             return None  # the artifact server answers chunk requests (see chunk_request)
+        if message.retain and self.stale(report, received):
+            self.drops.count("stale-retained", message.topic, f"a retained {type(report).LEAF} of device "
+                             f"{report.device_id} claims {report.ts}, older than the one stored moments ago")
+            return None
         self._check_clock(report.device_id, report.ts, received)
         if isinstance(report, Presence):
             self.store.upsert_device(report.device_id, online=int(report.online), last_seen=received, presence_at=received)
@@ -224,8 +240,10 @@ class Ingest:
             return EventReport(e.device_id, e)
         elif isinstance(report, Birth):
             self.store.upsert_device(report.device_id, birth=report, last_seen=received, birth_at=received)
+            self._remember(report, received)
         elif isinstance(report, DeviceState):
             self.store.upsert_device(report.device_id, state=report, last_seen=received, state_at=received)
+            self._remember(report, received)
             return StateReport(report.device_id, report)
         elif isinstance(report, LogAnswer):
             if not take_answer(self.store, report, received):

@@ -111,8 +111,11 @@ def reconcile(found: list[Received], store: Store, ingest: Ingest, clock: StoreC
             report = _read(ingest, received)
             if report is None or not _differs(report, known.get(report.device_id)):
                 continue
+            at = clock.at(received.at)
+            if ingest.stale(report, at):
+                continue  # an older copy than what this controller stored moments ago (a lagging NATS node's view)
             counts[type(report).LEAF] += 1
-            followup = ingest.apply(received.message, clock.at(received.at))
+            followup = ingest.apply(received.message, at)
             if isinstance(followup, StateReport):
                 states.append(followup)
     return counts, states

@@ -10,7 +10,7 @@ import sys
 import pytest
 import typer
 
-from edgectl.cli.main import COMMANDS, command_name, load_commands
+from edgectl.cli.main import COMMANDS, MODULES, command_name, load_commands
 from tests.checkout import checkout_env
 
 _TREE = """
@@ -39,6 +39,7 @@ def _under(paths: set[str], name: str) -> set[str]:
 def test_the_table_names_every_top_level_command_and_only_those() -> None:
     root = typer.main.get_command(load_commands())
     assert sorted(COMMANDS) == sorted(getattr(root, "commands", {}))
+    assert {module for modules in COMMANDS.values() for module in modules} <= set(MODULES)
 
 
 @pytest.fixture(scope="module")

@@ -70,9 +70,17 @@ def test_lean_probe_benchmarks_a_model(tmp_path: Path, lean_python: Path) -> Non
     assert report["selection"]["backend"].startswith("onnxruntime/")
 
 
-def test_edgectl_without_the_host_extra_says_which_extra_to_install(lean_python: Path) -> None:
-    proc = subprocess.run([str(lean_python), "-m", "edgectl.cli.main", "targets", "list"],
-                          capture_output=True, text=True, env=checkout_env(), timeout=120)
+@pytest.mark.parametrize("command", [["targets", "list"], ["quantize", "m.onnx", "--target", "cpu-x86", "-o", "q.onnx"],
+                                     ["build", "m.onnx", "--name", "m", "--version", "1"]], ids=" ".join)
+def test_edgectl_without_the_host_extra_says_which_extra_to_install(lean_python: Path, tmp_path: Path,
+                                                                    command: list[str]) -> None:
+    """Whether the command's module or the command as it runs imports a workstation module first."""
+    tiny_classifier(tmp_path / "m.onnx", seed=7)
+    env = checkout_env(EDGECTL_HOME=str(tmp_path / "home"))
+    subprocess.run([str(lean_python), "-m", "edgectl.cli.main", "keys", "init"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=120)  # build needs a signing key before it reads the model
+    proc = subprocess.run([str(lean_python), "-m", "edgectl.cli.main", *command], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "error: edgectl needs the workstation tools (onnx, openvino, nncf, jwt not installed): pip install 'edgectl[host]'"]

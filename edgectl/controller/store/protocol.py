@@ -42,7 +42,8 @@ ENGINE_LEASE = "engine"  # the lease of the engine leader (PostgreSQL: its row o
 
 # Device fields written only when the time the controller received them (the key, on the store's
 # clock) is not older than the one kept: reports ingested out of order (two controller replicas, a
-# redelivery) never overwrite newer ones. A device's own claimed time never orders anything.
+# redelivery) never overwrite newer ones. A device's own claimed time orders nothing here (ingest drops a retained copy
+# older than a report it stored moments ago: edgectl/controller/ingest.py, Ingest.stale).
 GUARDED: dict[str, tuple[str, ...]] = {
     "presence_at": ("online",),
     "birth_at": ("birth",),
