@@ -81,7 +81,7 @@ def host_tools_missing(exc: ModuleNotFoundError) -> UserError | None:
     """The one-line error naming the extra to install, when ``exc`` is a workstation module missing; else None."""
     if (exc.name or "").split(".")[0] not in HOST_MODULES:
         return None
-    missing = [m for m in HOST_MODULES if importlib.util.find_spec(m) is None]
+    missing = [m for m in HOST_MODULES if importlib.util.find_spec(m) is None] or [(exc.name or "").split(".")[0]]
     return UserError(f"edgectl needs the workstation tools ({', '.join(missing)} not installed): "
                      "pip install 'edgectl[host]'")
 

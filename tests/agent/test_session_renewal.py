@@ -8,6 +8,7 @@ tests/agent/test_serving_limits.py and tests/agent/test_memory_cgroup.py.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,15 @@ class _Session:
         self.real = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         self.provider = provider
         self.fail_with: str | None = None
+        self.gate: threading.Event | None = None  # the next run waits for it, then fails for memory
+        self.waiting = threading.Event()  # set once a run waits for its gate
 
     def run(self, names: list[str], feeds: dict[str, Any]) -> Any:
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            self.waiting.set()
+            gate.wait(30)
+            raise RuntimeError(OOM)
         if self.fail_with is not None:
             message, self.fail_with = self.fail_with, None
             raise RuntimeError(message)
@@ -63,8 +71,13 @@ class _Factory:
     def __init__(self, *providers: str) -> None:
         self.providers = list(providers)
         self.built: list[_Session] = []
+        self.hold: threading.Event | None = None  # a rebuild waits for it
+        self.building = threading.Event()  # set once a held rebuild is waiting
 
     def __call__(self, path: str, options: Any, providers: list[Any]) -> _Session:
+        if self.built and self.hold is not None:
+            self.building.set()
+            self.hold.wait(30)
         session = _Session(path, self.providers[min(len(self.built), len(self.providers) - 1)])
         self.built.append(session)
         return session
@@ -117,3 +130,47 @@ def test_a_fresh_session_that_lost_the_accelerator_is_not_taken(model: Path) -> 
         with pytest.raises(RuntimeError):
             runner.infer(FEEDS)
 
+
+
+def _infer_in_thread(runner: Runner, errors: list[BaseException]) -> threading.Thread:
+    def run() -> None:
+        try:
+            runner.infer(FEEDS)
+        except Exception as exc:  # the test reads what each request met
+            errors.append(exc)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_failure_during_a_renewal_neither_waits_for_it_nor_builds_another(model: Path) -> None:
+    factory = _Factory("CPUExecutionProvider")
+    factory.hold = threading.Event()
+    with OrtRunner(OrtSessionLoader(model, session_factory=factory)) as runner:
+        first = factory.built[0]
+        errors: list[BaseException] = []
+        first.fail_with = OOM
+        renewing = _infer_in_thread(runner, errors)
+        assert factory.building.wait(30), "the renewal did not start"
+        first.fail_with = OOM  # another request on the old session fails meanwhile
+        other = _infer_in_thread(runner, errors)
+        other.join(10)
+        assert not other.is_alive(), "a request waited for another's renewal"
+        factory.hold.set()
+        renewing.join(30)
+        assert len(errors) == 2 and len(factory.built) == 2
+
+
+def test_a_late_failure_of_a_replaced_session_builds_nothing(model: Path) -> None:
+    factory = _Factory("CPUExecutionProvider")
+    with OrtRunner(OrtSessionLoader(model, session_factory=factory)) as runner:
+        first, gate = factory.built[0], threading.Event()
+        errors: list[BaseException] = []
+        first.gate = gate
+        late = _infer_in_thread(runner, errors)  # runs on the first session, fails once let go
+        assert first.waiting.wait(30)
+        _fail_next(factory, runner, OOM)  # the first session fails again: renewed
+        assert len(factory.built) == 2
+        gate.set()
+        late.join(30)
+        assert len(errors) == 1 and len(factory.built) == 2  # the session it ran on was replaced already

@@ -10,7 +10,7 @@ import sys
 import pytest
 import typer
 
-from edgectl.cli.main import COMMANDS, MODULES, command_name, load_commands
+from edgectl.cli.main import COMMANDS, MODULES, command_name, host_tools_missing, load_commands
 from tests.checkout import checkout_env
 
 _TREE = """
@@ -25,9 +25,9 @@ print(json.dumps(sorted(tree(root, []))))
 """
 
 
-def _tree(args: list[str]) -> set[str]:
+def _tree(args: list[str], **env: str) -> set[str]:
     """The command paths a fresh ``edgectl`` process knows after loading what ``args`` need."""
-    done = subprocess.run([sys.executable, "-c", _TREE, *args], capture_output=True, text=True, env=checkout_env(),
+    done = subprocess.run([sys.executable, "-c", _TREE, *args], capture_output=True, text=True, env=checkout_env(**env),
                           timeout=120, check=True)
     return set(json.loads(done.stdout))
 
@@ -66,3 +66,17 @@ def test_the_modules_of_a_command_attach_its_whole_tree(modules: tuple[str, ...]
 ])
 def test_the_command_is_read_past_the_root_options(args: list[str], name: str | None) -> None:
     assert command_name(args) == name
+
+
+def test_a_command_loads_only_its_modules_and_completion_loads_every_one(everything: set[str]) -> None:
+    assert _tree(["quantize", "m.onnx"]) == {"", *_under(everything, "quantize")}
+    assert _tree(["quantize"], _EDGECTL_COMPLETE="bash_complete") == everything
+
+
+def test_a_missing_workstation_module_is_named_with_the_extra_to_install() -> None:
+    assert host_tools_missing(ModuleNotFoundError("No module named 'yaml'", name="yaml")) is None
+    assert host_tools_missing(ModuleNotFoundError("No module named 'x'")) is None
+    error = host_tools_missing(ModuleNotFoundError("No module named 'jwt.algorithms'", name="jwt.algorithms"))
+    # Here every workstation module is installed: the one that failed to import is named.
+    assert error is not None and error.exit_code == 2
+    assert str(error) == "edgectl needs the workstation tools (jwt not installed): pip install 'edgectl[host]'"
