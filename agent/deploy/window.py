@@ -6,7 +6,9 @@ device's groups and the rollout's forced-update deadline). Before the worker dep
 it will install (``window_opens_at``, which the controller's wave timeout counts from) and waits,
 on the worker's thread, until the window opens, a newer desired set replaces the unit (the cancel
 a halt sends included) or the agent stops. The job stays queued meanwhile, so after a power cut it
-waits again. The device's own windows (agent.yaml ``maintenance_windows``, which the controller's
+waits again. The units of a set go in the order their windows open (:meth:`WindowGate.in_order`), so
+an entry that waits for its window (another rollout's, say) does not hold back one that may install
+now. The device's own windows (agent.yaml ``maintenance_windows``, which the controller's
 device configuration may set) count beside the desired state's, for every update. Windows are read
 in the device's time zone (agent.yaml ``timezone``, else the system's); a device whose windows
 never open together, with no deadline, refuses the unit.
@@ -15,6 +17,7 @@ never open together, with no deadline, refuses the unit.
 from __future__ import annotations
 
 import enum
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -66,6 +69,17 @@ class WindowGate:
                 return None
             latest = max(latest, allowed)
         return latest
+
+    def in_order(self, units: Sequence[tuple[Wanted, ...]]) -> list[tuple[Wanted, ...]]:
+        """The units of a set by when their windows let them install, those that may now first and those that never
+        may last (ties keep the plan's order): a unit that waits for its window does not hold back the others."""
+        now = self.clock()
+
+        def opens(unit: tuple[Wanted, ...]) -> float:
+            at = self.allowed_from(unit, now)
+            return math.inf if at is None else at
+
+        return sorted(units, key=opens)
 
     def hold(self, unit: Sequence[Wanted], report: Report, stopping: threading.Event, newer: Callable[[], bool]) -> Hold:
         """Wait until the unit may install; each new opening time is reported once per entry."""

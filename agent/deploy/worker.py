@@ -176,7 +176,7 @@ class Worker:
             self._answer_unchanged(plan.unchanged)
             for name in plan.remove_pipelines:
                 self._remove(job, name)
-            for unit in plan.units:
+            for unit in self.window.in_order(plan.units):  # a unit held for its window holds back no other
                 key = unit_key(unit)
                 if key in job.done:
                     continue

@@ -10,7 +10,7 @@ import dataclasses
 import queue
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,16 +111,18 @@ class Controller:
     def desired_set(self, device_id: str, models: Sequence[tuple[Package, str]],
                     pipelines: Sequence[tuple[Package, str]] = (), *, seq: int | None = None,
                     deployment_id: str | None = None, allow_downgrade: bool = False,
-                    shadow: dict[str, float] | None = None, maintenance: Maintenance | None = None) -> str:
+                    shadow: dict[str, float] | None = None,
+                    maintenance: Maintenance | Mapping[str, Maintenance] | None = None) -> str:
         """Publish a signed (retained) schema 2 desired set: each package with the deployment id that put it there.
 
         ``shadow``: the agreement a shadow run of that name must reach; ``maintenance``: every entry's windows and
-        deadline. Returns the set's deployment id."""
+        deadline, or those of each model named. Returns the set's deployment id."""
         deployment_id = deployment_id or f"s-{uuid.uuid4().hex[:10]}"
 
         def entry(package: Package, entry_id: str) -> DesiredModel:
             m = package.manifest
-            options = DeployOptions(allow_downgrade, (shadow or {}).get(m.name), maintenance)
+            windows = maintenance.get(m.name) if isinstance(maintenance, Mapping) else maintenance
+            options = DeployOptions(allow_downgrade, (shadow or {}).get(m.name), windows)
             return DesiredModel(m.name, m.version, package.envelope, (), entry_id, options)
 
         now = time.time()

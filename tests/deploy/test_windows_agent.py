@@ -98,3 +98,17 @@ def test_the_devices_own_windows_hold_any_update(controller: Controller, pausabl
     assert said.data["window_opens_at"] == opens and agent.active("clf") is None
     controller.desired_set("win-4", [(package, "d-own-forced")], maintenance=Maintenance((), time.time() - 1))
     assert controller.final("win-4", "d-own-forced").status == "ok"
+
+
+def test_a_model_waiting_for_its_window_holds_back_no_other_model_of_the_set(
+        controller: Controller, pausable: Callable[..., PausableAgent], model_v: Callable[..., Path]) -> None:
+    """Two rollouts' entries in one set: clf's group has a window closed now, det's rollout none. det installs at once;
+    clf (first in the plan's order) waits for its window."""
+    agent = pausable("win-5", extra={"deploy": DEPLOY, "timezone": ZONE})
+    clf, det = controller.package(model_v(5), "clf", 5), controller.package(model_v(6), "det", 6)
+    windows, opens = _closed_now()
+    controller.desired_set("win-5", [(clf, "d-held"), (det, "d-free")], maintenance={"clf": Maintenance((windows,))})
+    assert controller.final("win-5", "d-free").status == "ok"
+    said: DeviceEvent = wait_for(_waiting(controller, "d-held"), 60, "clf to wait for its window")
+    assert said.data["window_opens_at"] == opens
+    assert agent.active_version("det") == 6 and agent.active("clf") is None
