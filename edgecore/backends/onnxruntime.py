@@ -225,8 +225,7 @@ class OrtRunner(Runner):
                 log.warning("%s: a fresh session after a failed allocation runs %s (%s), not %s: keeping the old one",
                             self.name, placement.effective, placement.verdict.value, self._placement.effective)
                 return
-            if self._session is failed:  # not deactivated or activated again meanwhile
-                self._session = fresh
+            self._session = fresh  # deactivate waits for this lock: a runner deactivated meanwhile is not revived
         finally:
             self._renewing.release()
 

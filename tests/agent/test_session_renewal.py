@@ -9,6 +9,7 @@ tests/agent/test_serving_limits.py and tests/agent/test_memory_cgroup.py.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,25 @@ def test_a_late_failure_of_a_replaced_session_builds_nothing(model: Path) -> Non
         gate.set()
         late.join(30)
         assert len(errors) == 1 and len(factory.built) == 2  # the session it ran on was replaced already
+
+
+def test_a_runner_deactivated_during_a_renewal_is_not_revived(model: Path) -> None:
+    factory = _Factory("CPUExecutionProvider")
+    factory.hold = threading.Event()
+    runner = OrtRunner(OrtSessionLoader(model, session_factory=factory))
+    runner.activate()
+    errors: list[BaseException] = []
+    factory.built[0].fail_with = OOM
+    renewing = _infer_in_thread(runner, errors)
+    assert factory.building.wait(30), "the renewal did not start"
+    closing = threading.Thread(target=runner.deactivate, daemon=True)
+    closing.start()
+    deadline = time.monotonic() + 30
+    while runner.is_active and time.monotonic() < deadline:  # deactivate marks it first, then frees the session
+        time.sleep(0.01)
+    time.sleep(0.2)  # time to free it at once, were it not waiting for the renewal
+    factory.hold.set()
+    closing.join(30)
+    renewing.join(30)
+    assert not runner.is_active and len(factory.built) == 2
+    assert runner._session is None  # the fresh session was not kept past the deactivation (it would hold its memory)

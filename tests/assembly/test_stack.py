@@ -35,6 +35,14 @@ def healths(stack: Stack) -> list[dict[str, Any]]:
     return [stack.api("/api/v1/health", url=url) for url in stack.api_urls]
 
 
+def on_version(stack: Stack, version: int) -> None:
+    """Every device's record in the store says it runs ``version``; else which device holds what, with the logs."""
+    records = {d: stack.api(f"/api/v1/devices/{d}") for d in stack.devices}
+    stale = {d: {k: r[k] for k in ("version", "deployment", "last_seen", "status")} for d, r in records.items()
+             if r["version"] != version}
+    assert not stale, f"the store's device state is not v{version}: {stale}\n{stack.logs()}"
+
+
 def telemetry_flows(stack: Stack) -> None:
     """Every device's telemetry reaches the store, newer than the last look, on the REST API and in `edgectl devices`."""
     before = {d: stack.api(f"/api/v1/devices/{d}")["last_telemetry"] for d in stack.devices}
@@ -67,13 +75,7 @@ def test_bake_longer_than_the_silence_gate_succeeds_on_the_ha_stack(stack: Stack
     actions = [a["action"] for a in json.loads(done.stdout)]
     assert "wave promoted" in actions and not [a for a in actions if "rolled back" in a or "halted" in a], actions
     # A device's "ok" event and its new retained state are two messages: the state may land a moment after the rollout ends.
-    def v2_everywhere() -> None:
-        records = {d: stack.api(f"/api/v1/devices/{d}") for d in stack.devices}
-        stale = {d: {k: r[k] for k in ("version", "deployment", "last_seen", "status")} for d, r in records.items()
-                 if r["version"] != 2}
-        assert not stale, f"the store's device state is not v2: {stale}\n{stack.logs()}"
-
-    settle(v2_everywhere, 30)
+    settle(lambda: on_version(stack, 2), 30)
 
 
 def test_telemetry_reaches_the_store_through_nats(stack: Stack) -> None:
@@ -166,13 +168,7 @@ def test_prometheus_scrapes_both_replicas_and_each_panel_counts_once(stack: Stac
     stack.api(f"/api/v1/rollouts/{rollout_id}/abort", method="POST", body={})
     wait_for(lambda: stack.rollout(rollout_id)["status"] in FINAL, 60, "the abort to finish", 0.5)
     assert stack.rollout(rollout_id)["status"] == "aborted"
-    def v2_everywhere() -> None:
-        records = {d: stack.api(f"/api/v1/devices/{d}") for d in stack.devices}
-        stale = {d: {k: r[k] for k in ("version", "deployment", "last_seen", "status")} for d, r in records.items()
-                 if r["version"] != 2}
-        assert not stale, f"the store's device state is not v2: {stale}\n{stack.logs()}"
-
-    settle(v2_everywhere, 30)
+    settle(lambda: on_version(stack, 2), 30)
 
 
 def _nats_node_of(stack: Stack, pid: int) -> str:

@@ -68,11 +68,8 @@ def test_a_report_whose_batch_the_store_failed_keeps_its_history_point(disk: Pat
         def report(cpu: float, ts: float) -> None:
             assert device.publish(topics.device(DEVICE, "telemetry"), Telemetry(DEVICE, ts, DeviceMetrics(cpu)).to_payload(), 0)
 
-        def first_point() -> bool:
-            report(1.0, claimed)  # again until stored: the controller subscribes a moment after it shows as connected
-            return [p.cpu_percent for p in store.telemetry_history(DEVICE)] == [1.0]
-
-        wait_for(first_point, WAIT_S, "the first point", interval=0.2)
+        report(1.0, claimed)
+        wait_for(lambda: [p.cpu_percent for p in store.telemetry_history(DEVICE)] == [1.0], WAIT_S, "the first point")
         first_at = time.monotonic()
 
         # The disk fills: the write-ahead log emptied first (a checkpoint), so the next commit needs room it lacks.
