@@ -54,11 +54,12 @@ def test_a_model_that_hangs_the_agent_k_times_is_rolled_back(
     second = controller.final("g-1", deployment, timeout=120)
     assert second.status == "ok", second.detail  # measured once, committed, cached
     agent.stop()
-    # The selection cache is gone (as after a runtime upgrade): the next start measures v2 again, and
-    # now a load may take 1.5 s: every start hangs on v2 past its deadline.
-    shutil.rmtree(agent.state_dir / "selection", ignore_errors=True)
+    # The selection cache is gone (as after a runtime upgrade): each start measures v2 again, and now a load may
+    # take 1.5 s: every start hangs on v2 past its deadline. (Gone before each start: a start whose measurement ended
+    # just inside the deadline caches it, and the next start, loading from the cache, would not hang.)
     agent.extra = {"deploy": {**DEPLOY, "load_timeout_s": 1.5, "crash_loop_max_deaths": 2}}
     for death in (1, 2):
+        shutil.rmtree(agent.state_dir / "selection", ignore_errors=True)
         with contextlib.suppress(AssertionError):  # on a busy machine it may end itself before its API answers
             agent.start()
         wait_for(lambda: not agent.alive(), 60, f"the agent to end itself on hang {death}")

@@ -23,9 +23,13 @@ STATES = ["download", "verify", "stage", "activate", "commit"]
 
 
 def _leftovers(state_dir: Path) -> list[str]:
+    """Downloads and temp files in the state directory; read while the agent's sweep may remove directories."""
     downloads = state_dir / "downloads"
-    found = [p.name for p in downloads.iterdir()] if downloads.is_dir() else []
-    return found + [str(p.relative_to(state_dir)) for p in state_dir.rglob(".*.tmp")]
+    try:
+        found = [p.name for p in downloads.iterdir()] if downloads.is_dir() else []
+        return found + [str(p.relative_to(state_dir)) for p in state_dir.rglob(".*.tmp")]
+    except FileNotFoundError as exc:  # a directory went while it was read: look again
+        return [f"(read again: {exc.filename} went while it was read)"]
 
 
 def _serves(agent: PausableAgent, version: int) -> Callable[[], bool]:

@@ -98,11 +98,14 @@ def _settled_stray(state_dir: Path, within: float = 5.0) -> list[str]:
     (the worker saves its queue whenever a message arrives) that finishes by renaming it away; what the sweep leaves,
     or a killed writer's temp file, stays and is reported."""
     deadline = time.monotonic() + within
-    stray = _stray(state_dir)
-    while stray and time.monotonic() < deadline:
+    while True:
+        try:
+            stray = _stray(state_dir)
+        except FileNotFoundError as exc:  # the sweep removed a directory while it was read
+            stray = [f"(read again: {exc.filename} went while it was read)"]
+        if not stray or time.monotonic() >= deadline:
+            return stray
         time.sleep(0.1)
-        stray = _stray(state_dir)
-    return stray
 
 
 def _compiled_within_its_limit(state_dir: Path) -> bool:
